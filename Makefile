@@ -1,0 +1,162 @@
+# Stargate — plain Makefile.  See README.md.
+#
+#   make            build libstargate.{a,so}, stargate.pc and the programs (build/)
+#   make test       sanitizer build (build/san/), every unit and bats test, lint
+#   make demo       the main job: a scripted sg-route session on bundled snapshots
+#   make lint       mandoc -Tlint on every page
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# Sources are discovered, not listed: every libstargate/*.c and store/*.c is a
+# library module, every bin/<prog>.c a program, every tools/<prog>/ directory
+# with a main.c a tool, every tests/unit/test_*.c a unit test.
+
+VERSION   = 0.1.0
+PREFIX   ?= /usr/local
+BINDIR    = $(PREFIX)/bin
+SBINDIR   = $(PREFIX)/sbin
+LIBDIR    = $(PREFIX)/lib
+INCDIR    = $(PREFIX)/include/stargate
+MANDIR    = $(PREFIX)/share/man
+PKG_CONFIG ?= pkg-config
+
+DEPS      = jansson libsodium lmdb libxxhash libevent libcurl hiredis
+TESTDEPS  = cmocka
+# Debian packages that provide the above (installed by `make deps`).
+DEB_PKGS  = build-essential pkg-config libjansson-dev libsodium-dev liblmdb-dev \
+            lmdb-utils libxxhash-dev libevent-dev libcurl4-openssl-dev \
+            libhiredis-dev libcmocka-dev bats bats-support bats-assert \
+            mandoc jq redis-server
+
+O        ?= build
+SANITIZE  =
+
+DEPCFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEPS) 2>/dev/null)
+DEPLIBS   := $(shell $(PKG_CONFIG) --libs $(DEPS) 2>/dev/null) -lpthread -lm
+TESTCFLAGS:= $(shell $(PKG_CONFIG) --cflags $(TESTDEPS) 2>/dev/null)
+TESTLIBS  := $(shell $(PKG_CONFIG) --libs $(TESTDEPS) 2>/dev/null)
+
+SG_CPPFLAGS = -Ilibstargate -Istore -D_DEFAULT_SOURCE -D_GNU_SOURCE \
+              -DSG_VERSION='"$(VERSION)"' $(DEPCFLAGS) $(CPPFLAGS)
+SG_CFLAGS   = -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+              -Wmissing-prototypes -fPIC -g -O2 $(SANITIZE) $(CFLAGS)
+SG_LDFLAGS  = $(SANITIZE) $(LDFLAGS)
+
+LIBSRC   := $(sort $(wildcard libstargate/*.c store/*.c))
+LIBHDR   := $(sort $(wildcard libstargate/*.h store/*.h))
+PUBHDR   := $(filter-out %_internal.h,$(LIBHDR))
+LIBOBJ   := $(LIBSRC:%.c=$(O)/%.o)
+PROGSRC  := $(sort $(wildcard bin/*.c))
+PROGS    := $(PROGSRC:bin/%.c=$(O)/bin/%)
+TOOLDIRS := $(sort $(patsubst %/main.c,%,$(wildcard tools/*/main.c)))
+TOOLS    := $(TOOLDIRS:tools/%=$(O)/bin/%)
+UNITSRC  := $(sort $(wildcard tests/unit/test_*.c))
+UNITS    := $(UNITSRC:tests/unit/%.c=$(O)/tests/%)
+MANPAGES := $(sort $(wildcard man/*.[1-8]))
+
+all: depcheck $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(TOOLS)
+
+# --- dependencies ---------------------------------------------------------
+# Say which Debian packages are missing; install them when we are root and
+# apt-get exists (so the README's commands work on a fresh machine).
+depcheck:
+	@missing=""; \
+	for p in $(DEPS) $(TESTDEPS); do \
+	  $(PKG_CONFIG) --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
+	for c in bats mandoc jq mdb_stat; do \
+	  command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "stargate: missing build dependencies:$$missing"; \
+	  echo "stargate: install with: apt-get install $(DEB_PKGS)"; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "stargate: running apt-get as root"; \
+	    $(MAKE) --no-print-directory deps || exit 1; \
+	  else exit 1; fi; \
+	fi
+
+deps:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PKGS)
+
+# depcheck may install packages, so pkg-config answers must be re-read after
+# it: the recursive make below starts with them present.
+.PHONY: all depcheck deps test check unit bats lint demo install uninstall clean bench
+
+# --- library --------------------------------------------------------------
+$(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -Itools -c -o $@ $<
+
+$(O)/libstargate.a: $(LIBOBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $(LIBOBJ)
+
+$(O)/libstargate.so: $(LIBOBJ)
+	$(CC) -shared -Wl,-soname,libstargate.so.0 $(SG_LDFLAGS) -o $@ $(LIBOBJ) $(DEPLIBS)
+
+$(O)/stargate.pc: stargate.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $@
+
+# --- programs and tools ---------------------------------------------------
+$(O)/bin/%: $(O)/bin/%.o $(O)/libstargate.a
+	$(CC) $(SG_LDFLAGS) -o $@ $< $(O)/libstargate.a $(DEPLIBS)
+
+# A tool is every .c file in tools/<name>/ plus the shared tools/common/*.c.
+TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
+TOOLHDR    := $(sort $(wildcard tools/*/*.h))
+.SECONDEXPANSION:
+$(O)/bin/%: $$(patsubst %.c,$(O)/%.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON)) $(O)/libstargate.a
+	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
+
+# --- tests ----------------------------------------------------------------
+# Unit tests link the library and the tools' shared modules (tools/common/).
+$(O)/tests/%: tests/unit/%.c tests/unit/sg_test.h $(TOOLCOMMON:%.c=$(O)/%.o) $(O)/libstargate.a
+	@mkdir -p $(@D)
+	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) $(TESTCFLAGS) -o $@ $< \
+	    $(TOOLCOMMON:%.c=$(O)/%.o) $(O)/libstargate.a $(TESTLIBS) $(DEPLIBS)
+
+SAN = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+# `make test`: the whole suite on a sanitizer build, then one summary line.
+test check: depcheck
+	@$(MAKE) --no-print-directory O=build/san SANITIZE='$(SAN)' all units
+	@O=build/san tests/run
+
+units: $(UNITS)
+
+lint:
+	@out=$$(mandoc -Tlint -W warning $(MANPAGES) 2>&1); \
+	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; echo "lint: $(words $(MANPAGES)) pages clean"
+
+bench: all
+	$(O)/bin/sg-bench decide
+
+demo: all
+	@O=$(O) tools/demo.sh
+
+# --- install --------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	    $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(MANDIR)/man8
+	for p in $(PROGS) $(TOOLS); do \
+	  case $$p in */sg-proxy) d=$(SBINDIR);; *) d=$(BINDIR);; esac; \
+	  install -m 755 $$p $(DESTDIR)$$d/; done
+	install -m 644 $(O)/libstargate.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(O)/libstargate.so $(DESTDIR)$(LIBDIR)/libstargate.so.$(VERSION)
+	ln -sf libstargate.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libstargate.so.0
+	ln -sf libstargate.so.0 $(DESTDIR)$(LIBDIR)/libstargate.so
+	install -m 644 $(O)/stargate.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 $(PUBHDR) $(DESTDIR)$(INCDIR)/
+	for m in $(MANPAGES); do s=$${m##*.}; \
+	  sed 's/^\.Os.*/.Os Stargate $(VERSION)/' $$m > $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+
+uninstall:
+	for p in $(notdir $(PROGS) $(TOOLS)); do rm -f $(DESTDIR)$(BINDIR)/$$p $(DESTDIR)$(SBINDIR)/$$p; done
+	rm -f $(DESTDIR)$(LIBDIR)/libstargate.* $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
+	rm -rf $(DESTDIR)$(INCDIR)
+	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+
+clean:
+	rm -rf build

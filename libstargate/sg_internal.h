@@ -1,0 +1,160 @@
+/*
+ * sg_internal.h — contracts between the library's decision modules.  Never
+ * installed; programs must not include it (unit tests and sg-bench may).
+ *
+ *   sg_estimate.c   ref §2.4: free slot, queue delay, prefill, TTFT, capacity,
+ *                   queue-SLO bound, comparator scores
+ *   sg_hash.c       XXH3 tag layout, ring entry/key hashes, pulsar hash and
+ *                   score, the decision PRNG
+ *   sg_simple.c     random, round-robin, power-of-n, pulsar ranking/pulsar
+ *   sg_waw.c        core selection (ref §4.5.2), wait-and-widen, the session
+ *                   plan (ref §5), pulsar-wait-and-widen
+ *   sg_router.c     resolution, admission, deadlines, dispatch, explain
+ */
+#ifndef SG_INTERNAL_H
+#define SG_INTERNAL_H
+
+#include <math.h>
+
+#include "sg_decision.h"
+#include "sg_lbconf.h"
+#include "sg_request.h"
+#include "sg_snapshot.h"
+
+/* --- estimates (ref §2.4) ------------------------------------------------ */
+
+/* tps if valid (> 0, finite) else 0. */
+double	sgi_tps(const sg_cluster *c);
+/* proc(work, rate) in seconds: 0 if work == 0, +inf if rate <= 0. */
+double	sgi_proc(double work, double rate);
+bool	sgi_free_slot(const sg_cluster *c);
+/* Queue delay in ms, rules 1-3 of ref §2.4 (may be +inf). */
+double	sgi_queue_ms(const sg_cluster *c, uint32_t priority);
+/* Prefill in ms at scale: 0 if tokens == 0, +inf if tps invalid. */
+double	sgi_prefill_ms(const sg_cluster *c, uint64_t tokens, double scale);
+/* Bucketing TTFT (ignore flags apply) and comparator TTFT (they don't). */
+double	sgi_ttft_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
+	    double scale, bool ignore_queue, bool ignore_prefill);
+double	sgi_comparator_ms(const sg_cluster *c, uint64_t tokens,
+	    uint32_t priority, double scale);
+/* has_capacity(max_queued), saturating. */
+bool	sgi_has_capacity(const sg_cluster *c, uint64_t max_queued);
+/*
+ * Queue-SLO bound (ref §4.5.1): returns false when inactive (floor or ceil
+ * unset), else sets *max_queue_ms from wall elapsed and the request SLO.
+ */
+bool	sgi_queue_slo(const sg_algdef *d, const sg_request *r,
+	    double elapsed_ms, double *max_queue_ms);
+/* Integer ms expected-queue header value; false when omitted. */
+bool	sgi_expected_queue_ms(const sg_cluster *c, uint32_t priority,
+	    uint64_t *ms);
+/* Score under a comparator (§4.4; request tokens unscaled, lower is better).
+ * SG_CMP_NUM_QUEUED returns (double)queued. */
+double	sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
+	    uint32_t priority);
+/* IEEE total-order compare of doubles (-1, 0, 1). */
+int	sgi_total_cmp(double a, double b);
+
+/* --- hashing and randomness --------------------------------------------- */
+
+/*
+ * Hash state for the tag layout of ref §0: tag(name, value) = name bytes,
+ * 0xFF, len(value) as 8-byte little-endian, value bytes.  Buffers are fixed
+ * size; values longer than SG_ID_MAX are truncated by callers' validation
+ * (ids, seeds and keys are bounded before they get here).
+ */
+typedef struct sgi_hashbuf {
+	unsigned char	b[4 * SG_ID_MAX + 1024];
+	size_t		len;
+} sgi_hashbuf;
+
+void	 sgi_hb_reset(sgi_hashbuf *h);		/* empty */
+void	 sgi_hb_byte(sgi_hashbuf *h, unsigned char c);
+void	 sgi_hb_tag(sgi_hashbuf *h, const char *name, const void *val, size_t len);
+uint64_t sgi_hb_xxh3(const sgi_hashbuf *h);	/* XXH3_64bits, seed 0 */
+
+/* prefix = 0x01 ‖ tag("seed") ‖ tag("routing_key") ‖ tag("model_id") (§4.5.3) */
+void	 sgi_ring_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
+uint64_t sgi_ring_entry_hash(const sgi_hashbuf *prefix, const char *id,
+	    size_t id_len, uint64_t vnode);
+uint64_t sgi_ring_key_hash(const sgi_hashbuf *prefix, const char *key,
+	    size_t key_len);
+/* prefix ‖ tag("cache_affinity_key", key or "") for pulsar (§4.6) */
+void	 sgi_pulsar_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
+uint64_t sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id,
+	    size_t id_len);
+/* score = weight / -ln(u); false when unranked (§4.6). */
+bool	 sgi_pulsar_score(uint64_t h, double weight, double *score);
+/* The cluster's pulsar weight under the definition's mode; false if invalid. */
+bool	 sgi_pulsar_weight(const sg_algdef *d, const sg_cluster *c, double *w);
+
+/* Decision PRNG (xoshiro256** seeded through splitmix64). */
+typedef struct sgi_rng {
+	uint64_t	s[4];
+} sgi_rng;
+
+void	 sgi_rng_seed(sgi_rng *g, uint64_t router_seed, const sg_algdef *d,
+	    const sg_request *r);
+uint64_t sgi_rng_next(sgi_rng *g);
+/* Uniform in [0, n), n > 0, unbiased. */
+uint64_t sgi_rng_below(sgi_rng *g, uint64_t n);
+
+/* --- algorithms ------------------------------------------------------------ */
+
+/*
+ * Per-decision scratch, owned by the router and grown (never shrunk) to the
+ * largest snapshot: no allocation in steady state.
+ */
+typedef struct sgi_scratch {
+	size_t		 cap;		/* candidates the arrays hold */
+	size_t		 ring_cap;	/* ring entries the ring arrays hold */
+	unsigned char	*excluded;	/* per candidate */
+	size_t		*idx;		/* index lists */
+	size_t		*idx2;
+	size_t		*order;		/* affinity order / ranking */
+	double		*d1, *d2, *d3;	/* per-candidate estimates */
+	uint64_t	*ring_hash;	/* ring entries */
+	uint32_t	*ring_idx;
+	/* round-robin counters live in the router */
+} sgi_scratch;
+
+/* Grow scratch for n candidates (and ring entries for V*n); SG_ENOMEM. */
+int	sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries);
+void	sgi_scratch_free(sgi_scratch *s);
+
+/* Common inputs of one algorithm call. */
+typedef struct sgi_ctx {
+	const sg_algdef		*def;
+	const sg_snapshot	*snap;
+	sg_request		*req;
+	double			 elapsed_ms;
+	uint64_t		 router_seed;
+	sgi_scratch		*scratch;	/* excluded[] already filled */
+	size_t			 n;		/* candidates */
+	size_t			 neligible;	/* non-excluded candidates */
+	uint64_t		*rr_counter;	/* this definition's counter */
+	json_t			*explain;	/* non-NULL: fill the candidate table */
+} sgi_ctx;
+
+/*
+ * Each algorithm fills *out (kind SELECT, WAIT with recheck_at_ms, or
+ * REJECT with status 503 "overloaded_error" for Unavailable).  Deadlines are
+ * applied afterwards by the router.  Return 0 or SG_ENOMEM.
+ */
+int	sgi_random(sgi_ctx *x, sg_decision *out);
+int	sgi_round_robin(sgi_ctx *x, sg_decision *out);
+int	sgi_power_of_n(sgi_ctx *x, sg_decision *out);
+int	sgi_pulsar(sgi_ctx *x, sg_decision *out);
+int	sgi_wait_and_widen(sgi_ctx *x, sg_decision *out);
+int	sgi_pulsar_waw(sgi_ctx *x, sg_decision *out);
+
+/*
+ * Pulsar ranking (§4.6): fill order[] with the indices of ranked clusters,
+ * descending score, ties by cluster_id ascending; return the count.  Used by
+ * pulsar, pulsar-wait-and-widen and input-work admission.
+ */
+size_t	sgi_pulsar_rank(sgi_ctx *x, size_t *order);
+/* Pulsar feasibility (§4.6): 0 eligible, 1 retry-excluded, 2 KV skip. */
+int	sgi_pulsar_feasible(sgi_ctx *x, size_t i);
+
+#endif /* SG_INTERNAL_H */

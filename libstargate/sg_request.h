@@ -1,0 +1,82 @@
+/*
+ * sg_request.h — a routing request (SPEC.md §2.2, ref §1.2).
+ *
+ * The struct holds borrowed pointers so that hot callers (the simulator, the
+ * proxy) can fill it without allocating.  The parsers (JSON and header form)
+ * copy what they read into storage owned by the request; sg_request_release()
+ * frees that storage.  Absent strings are NULL (blank means absent).
+ */
+#ifndef SG_REQUEST_H
+#define SG_REQUEST_H
+
+#include <jansson.h>
+
+#include "sg_common.h"
+
+/* Session classification (ref §5.2).  UNCLASSIFIED until the first decision
+ * that applies the last-cluster rules; then kept for the request's life. */
+enum sg_session_state {
+	SG_SESSION_UNCLASSIFIED = 0,
+	SG_SESSION_NEW,
+	SG_SESSION_RETURNING,
+	SG_SESSION_STALE,
+};
+
+struct sg_request_store;
+
+typedef struct sg_request {
+	const char	*request_id;		/* seeds the PRNG with the lb seed */
+	const char	*routing_key;		/* NULL = unscoped */
+	const char	*model;
+	const char	*cache_affinity_key;
+	const char	*routing_method;	/* x-routing-method as received */
+	bool		 routing_method_invalid; /* header not decodable (ref §3.5) */
+	const char	*last_cluster_id;	/* the hint (x-stargate-last-cluster-id) */
+	const char *const *excluded;		/* cluster ids excluded by earlier attempts */
+	size_t		 nexcluded;
+	uint64_t	 input_tokens;
+	uint32_t	 priority;		/* lower = more urgent */
+	bool		 has_slo;
+	uint64_t	 request_slo_ms;
+	bool		 has_max_wait;
+	uint64_t	 max_wait_ms;		/* x-max-wait-ms (capped at 60000 when used) */
+	double		 elapsed_ms;		/* "elapsed_ms" of the JSON form; 0 by default */
+	/* Written by the router: */
+	int		 session_state;		/* enum sg_session_state */
+	bool		 session_promoted;
+	/* Owned storage of parsed requests (NULL when the caller owns the strings). */
+	struct sg_request_store *store;
+} sg_request;
+
+void	sg_request_init(sg_request *r);		/* all absent, state unclassified */
+void	sg_request_release(sg_request *r);	/* free owned storage, then init */
+
+/*
+ * Parse the JSON form (SPEC.md §2.2).  Strict: unknown fields and wrong types
+ * are SG_EINVAL naming the field.  Blank strings are absent.  Required:
+ * request_id, model, input_tokens.  r is released first.
+ */
+int	sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err);
+
+/*
+ * Parse HTTP header lines ("name: value", CRLF or LF, case-insensitive names)
+ * by the rules of ref §1.2: optional strings are trimmed and blank or
+ * undecodable values are absent; numeric headers that are present but not a
+ * base-10 unsigned integer of the target width are a 400.  The order of
+ * validation is ref §1.2's.  x-stargate-last-cluster-id uses the
+ * optional-string rule and is never an error.  Unknown headers are ignored
+ * (they belong to the body's upstream).  On a request error returns
+ * SG_EREQUEST with err->status = 400 and a message naming the header.
+ */
+int	sg_request_from_headers(sg_request *r, const char *text, size_t len,
+	    sg_error *err);
+
+/* The JSON form of r (new reference); absent fields are omitted. */
+json_t	*sg_request_to_json(const sg_request *r);
+
+/* True if id is in r->excluded. */
+bool	sg_request_excludes(const sg_request *r, const char *id, size_t len);
+
+const char *sg_session_state_name(int state);	/* "new", ...; NULL if unclassified */
+
+#endif /* SG_REQUEST_H */
