@@ -107,6 +107,7 @@ TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
 TOOLHDR    := $(sort $(wildcard tools/*/*.h))
 .SECONDEXPANSION:
 $(O)/bin/%: $$(patsubst %.c,$(O)/%.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON)) $(O)/libstargate.a
+	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
 # --- tests ----------------------------------------------------------------
