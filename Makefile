@@ -106,7 +106,8 @@ $(O)/bin/%: $(O)/bin/%.o $(O)/libstargate.a
 TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
 TOOLHDR    := $(sort $(wildcard tools/*/*.h))
 .SECONDEXPANSION:
-$(O)/bin/%: $$(patsubst %.c,$(O)/%.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON)) $(O)/libstargate.a
+# (No % inside: a pattern rule would put the stem there.)
+$(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON))) $(O)/libstargate.a
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
