@@ -99,7 +99,7 @@ $(O)/stargate.pc: stargate.pc.in Makefile
 	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $@
 
 # --- programs and tools ---------------------------------------------------
-$(O)/bin/%: $(O)/bin/%.o $(O)/libstargate.a
+$(PROGS): $(O)/bin/%: $(O)/bin/%.o $(O)/libstargate.a
 	$(CC) $(SG_LDFLAGS) -o $@ $< $(O)/libstargate.a $(DEPLIBS)
 
 # A tool is every .c file in tools/<name>/ plus the shared tools/common/*.c.
@@ -107,7 +107,7 @@ TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
 TOOLHDR    := $(sort $(wildcard tools/*/*.h))
 .SECONDEXPANSION:
 # (No % inside: a pattern rule would put the stem there.)
-$(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON))) $(O)/libstargate.a
+$(TOOLS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON))) $(O)/libstargate.a
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
