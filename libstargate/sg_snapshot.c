@@ -1,0 +1,371 @@
+/*
+ * sg_snapshot.c — the routing state of one routing target (SPEC.md §2.1):
+ * an ordered array of clusters plus an id index.
+ *
+ * The snapshot owns a growable array of sg_cluster copies (candidate order is
+ * the array order) and an open-addressing hash index from cluster id to
+ * array position, so that sg_snapshot_find() and the duplicate check of
+ * sg_snapshot_add() are O(1) even at SG_MAX_CANDIDATES.  Memory is kept
+ * across sg_snapshot_clear() and sg_snapshot_copy(), so a caller that
+ * rebuilds the same snapshot every decision does not allocate in steady
+ * state.
+ *
+ * sg_snapshot_reserve() applies one pending routing reservation (ref §2.3):
+ * saturating counters, and the priority-map update.  It never allocates.
+ *
+ * The JSON codec is strict (SPEC.md §2): unknown fields, wrong types,
+ * negative counts and out-of-range values are SG_EINVAL with a message
+ * naming the field path ("clusters[1].runing: unknown field").  A missing
+ * numeric field is "unknown" = 0, exactly as in ref §2.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_snapshot.h"
+
+struct sg_snapshot {
+	sg_cluster	*c;		/* candidates, in order */
+	size_t		 n;
+	size_t		 cap;
+	uint32_t	*slot;		/* hash index: position + 1, 0 = empty */
+	size_t		 nslot;		/* power of two, >= 2 * cap, or 0 */
+};
+
+/* --- clusters ------------------------------------------------------------- */
+
+int
+sg_cluster_init(sg_cluster *c, const char *id, size_t len)
+{
+	if (id == NULL || len == 0 || len > SG_ID_MAX)
+		return SG_EINVAL;
+	memset(c, 0, sizeof(*c));
+	memcpy(c->id, id, len);
+	c->id[len] = '\0';
+	c->id_len = len;
+	return 0;
+}
+
+/* Position of the first key >= priority (nprio when none). */
+static uint32_t
+prio_lower_bound(const sg_cluster *c, uint32_t priority)
+{
+	uint32_t lo = 0, hi = c->nprio;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (c->prio_key[mid] < priority)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int
+sg_cluster_set_prio(sg_cluster *c, uint32_t priority, double ms)
+{
+	uint32_t i = prio_lower_bound(c, priority);
+
+	if (i < c->nprio && c->prio_key[i] == priority) {
+		c->prio_ms[i] = ms;
+		return 0;
+	}
+	if (c->nprio >= SG_PRIO_MAX)
+		return SG_ERANGE;
+	memmove(&c->prio_key[i + 1], &c->prio_key[i],
+	    (c->nprio - i) * sizeof(c->prio_key[0]));
+	memmove(&c->prio_ms[i + 1], &c->prio_ms[i],
+	    (c->nprio - i) * sizeof(c->prio_ms[0]));
+	c->prio_key[i] = priority;
+	c->prio_ms[i] = ms;
+	c->nprio++;
+	return 0;
+}
+
+/* --- the id index --------------------------------------------------------- */
+
+/* FNV-1a: ids are short and this is not exposed to hash flooding in a way
+ * that matters (a snapshot holds at most SG_MAX_CANDIDATES ids). */
+static size_t
+id_hash(const char *id, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		h ^= (unsigned char)id[i];
+		h *= 0x100000001b3ULL;
+	}
+	return (size_t)(h ^ (h >> 32));
+}
+
+static void
+index_put(sg_snapshot *s, size_t pos)
+{
+	const sg_cluster *c = &s->c[pos];
+	size_t mask = s->nslot - 1, h = id_hash(c->id, c->id_len) & mask;
+
+	while (s->slot[h] != 0)
+		h = (h + 1) & mask;
+	s->slot[h] = (uint32_t)pos + 1;
+}
+
+static void
+index_rebuild(sg_snapshot *s)
+{
+	size_t i;
+
+	if (s->nslot == 0)
+		return;
+	memset(s->slot, 0, s->nslot * sizeof(s->slot[0]));
+	for (i = 0; i < s->n; i++)
+		index_put(s, i);
+}
+
+/* Make room for want clusters (array and index); SG_ENOMEM. */
+static int
+grow(sg_snapshot *s, size_t want)
+{
+	sg_cluster *nc;
+	uint32_t *ns;
+	size_t cap, nslot;
+
+	if (want <= s->cap)
+		return 0;
+	cap = s->cap != 0 ? s->cap : 8;
+	while (cap < want)
+		cap *= 2;
+	nslot = 16;
+	while (nslot < 2 * cap)
+		nslot *= 2;
+	nc = realloc(s->c, cap * sizeof(*nc));
+	if (nc == NULL)
+		return SG_ENOMEM;
+	s->c = nc;
+	ns = calloc(nslot, sizeof(*ns));
+	if (ns == NULL)
+		return SG_ENOMEM;	/* the array grew; cap is unchanged */
+	free(s->slot);
+	s->slot = ns;
+	s->nslot = nslot;
+	s->cap = cap;
+	index_rebuild(s);
+	return 0;
+}
+
+/* --- snapshots ------------------------------------------------------------ */
+
+sg_snapshot *
+sg_snapshot_new(void)
+{
+	return calloc(1, sizeof(sg_snapshot));
+}
+
+void
+sg_snapshot_free(sg_snapshot *s)
+{
+	if (s == NULL)
+		return;
+	free(s->c);
+	free(s->slot);
+	free(s);
+}
+
+void
+sg_snapshot_clear(sg_snapshot *s)
+{
+	s->n = 0;
+	if (s->nslot != 0)
+		memset(s->slot, 0, s->nslot * sizeof(s->slot[0]));
+}
+
+size_t
+sg_snapshot_count(const sg_snapshot *s)
+{
+	return s->n;
+}
+
+const sg_cluster *
+sg_snapshot_get(const sg_snapshot *s, size_t i)
+{
+	return i < s->n ? &s->c[i] : NULL;
+}
+
+sg_cluster *
+sg_snapshot_at(sg_snapshot *s, size_t i)
+{
+	return i < s->n ? &s->c[i] : NULL;
+}
+
+long
+sg_snapshot_find(const sg_snapshot *s, const char *id, size_t len)
+{
+	size_t mask, h;
+
+	if (s->n == 0 || id == NULL)
+		return -1;
+	mask = s->nslot - 1;
+	h = id_hash(id, len) & mask;
+	while (s->slot[h] != 0) {
+		const sg_cluster *c = &s->c[s->slot[h] - 1];
+
+		if (c->id_len == len && memcmp(c->id, id, len) == 0)
+			return (long)(s->slot[h] - 1);
+		h = (h + 1) & mask;
+	}
+	return -1;
+}
+
+int
+sg_snapshot_add(sg_snapshot *s, const sg_cluster *c, sg_error *err)
+{
+	int rc;
+
+	if (c->id_len == 0 || c->id_len > SG_ID_MAX)
+		return sg_seterr(err, SG_EINVAL, "cluster id: must be 1..%d bytes",
+		    SG_ID_MAX);
+	if (c->nprio > SG_PRIO_MAX)
+		return sg_seterr(err, SG_EINVAL,
+		    "%s: more than %d priority entries", c->id, SG_PRIO_MAX);
+	if (sg_snapshot_find(s, c->id, c->id_len) >= 0)
+		return sg_seterr(err, SG_EINVAL, "duplicate cluster id \"%s\"",
+		    c->id);
+	if (s->n >= SG_MAX_CANDIDATES)
+		return sg_seterr(err, SG_ERANGE, "more than %d clusters",
+		    SG_MAX_CANDIDATES);
+	if ((rc = grow(s, s->n + 1)) != 0)
+		return sg_seterr(err, rc, "out of memory");
+	s->c[s->n] = *c;
+	s->c[s->n].id[c->id_len] = '\0';
+	index_put(s, s->n);
+	s->n++;
+	return 0;
+}
+
+int
+sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src)
+{
+	int rc;
+
+	if (dst == src)
+		return 0;
+	sg_snapshot_clear(dst);
+	if ((rc = grow(dst, src->n)) != 0)
+		return rc;
+	if (src->n != 0)
+		memcpy(dst->c, src->c, src->n * sizeof(src->c[0]));
+	dst->n = src->n;
+	index_rebuild(dst);
+	return 0;
+}
+
+/* --- reservations (ref §2.3) ---------------------------------------------- */
+
+static uint64_t
+sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Map values model the reference's u64 milliseconds: saturate there. */
+static double
+ms_add(double a, double b)
+{
+	double v = a + b;
+
+	return v >= 18446744073709551615.0 ? 18446744073709551615.0 : v;
+}
+
+/*
+ * The priority-map part of a reservation.  delta = ceil(tokens / tps * 1000)
+ * ms (0 if tokens == 0); an invalid TPS clears the whole map.  The entry at
+ * the request priority is created from the pre-reservation estimate there
+ * (largest key <= priority, else 0) and raised by delta, as is every entry
+ * with a larger (less urgent) key.
+ *
+ * When the map is already full (SG_PRIO_MAX keys) and has no entry at the
+ * request priority, no entry can be created; the entry that answers for the
+ * request priority (the largest key below it) is raised instead, so that the
+ * reserved work is never forgotten by the priorities that wait behind it.  A
+ * request more urgent than every key then only raises the larger keys.
+ */
+static void
+reserve_prio(sg_cluster *c, uint64_t tokens, uint32_t priority)
+{
+	double tps = c->last_mean_input_tps, delta, base;
+	uint32_t i, k;
+
+	if (c->nprio == 0)
+		return;
+	if (!(tps > 0) || !isfinite(tps)) {
+		c->nprio = 0;
+		return;
+	}
+	delta = tokens == 0 ? 0 : ceil((double)tokens / tps * 1000.0);
+	if (delta > 18446744073709551615.0)
+		delta = 18446744073709551615.0;
+	i = prio_lower_bound(c, priority);
+	if (i == c->nprio || c->prio_key[i] != priority) {
+		/* pre-reservation estimate at this priority */
+		base = i > 0 ? c->prio_ms[i - 1] : 0;
+		if (c->nprio < SG_PRIO_MAX)
+			(void)sg_cluster_set_prio(c, priority, base);
+		else if (i > 0)
+			i--;	/* full: raise the entry that answers for priority */
+	}
+	for (k = i; k < c->nprio; k++)
+		c->prio_ms[k] = ms_add(c->prio_ms[k], delta);
+}
+
+void
+sg_snapshot_reserve(sg_snapshot *s, size_t i, uint64_t tokens,
+    uint32_t priority)
+{
+	sg_cluster *c;
+
+	if (i >= s->n)
+		return;
+	c = &s->c[i];
+	c->queued = sat_add(c->queued, 1);
+	c->queued_input_tokens = sat_add(c->queued_input_tokens, tokens);
+	c->running = sat_add(c->running, 1);
+	c->total_input_tokens = sat_add(c->total_input_tokens, tokens);
+	reserve_prio(c, tokens, priority);
+}
+
+/* --- JSON codec ----------------------------------------------------------- */
+
+int
+sg_cluster_from_json(sg_cluster *c, const json_t *obj, const char *where,
+    sg_error *err)
+{
+	(void)c;
+	(void)obj;
+	return sg_seterr(err, SG_EINVAL, "%s: JSON codec not implemented yet",
+	    where != NULL ? where : "cluster");
+}
+
+int
+sg_snapshot_from_json(sg_snapshot *s, const json_t *obj, sg_error *err)
+{
+	(void)s;
+	(void)obj;
+	return sg_seterr(err, SG_EINVAL, "JSON codec not implemented yet");
+}
+
+json_t *
+sg_cluster_to_json(const sg_cluster *c)
+{
+	(void)c;
+	return NULL;
+}
+
+json_t *
+sg_snapshot_to_json(const sg_snapshot *s)
+{
+	(void)s;
+	return NULL;
+}
