@@ -41,6 +41,10 @@ main(int argc, char *argv[])
 		return bench_decide_main(argc - 1, argv + 1);
 	if (strcmp(argv[1], "store") == 0 && bench_store_main != NULL)
 		return bench_store_main(argc - 1, argv + 1);
+	if (strcmp(argv[1], "decide") == 0 || strcmp(argv[1], "store") == 0) {
+		fprintf(stderr, "sg-bench: mode '%s' is not built in\n", argv[1]);
+		return EX_SOFTWARE;
+	}
 	fprintf(stderr, "sg-bench: unknown mode '%s'\n", argv[1]);
 	usage(stderr);
 	return EX_USAGE;
