@@ -1,0 +1,346 @@
+/*
+ * test_hash.c — sg_hash.c: the tag byte layout, the upstream test vectors of
+ * ref §4.5.3 and §4.6, pulsar scores and weights, and the decision PRNG.
+ *
+ * Expected hashes are computed here from byte strings built by hand, never
+ * through sg_hash.c's own helpers.
+ */
+#include "sg_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+#include "sg_internal.h"
+
+/* Append tag(name, val) to buf by hand: name, 0xFF, 8-byte LE length, val. */
+static size_t
+put_tag(unsigned char *buf, size_t n, const char *name, const void *val,
+    size_t len)
+{
+	size_t i;
+
+	memcpy(buf + n, name, strlen(name));
+	n += strlen(name);
+	buf[n++] = 0xFF;
+	for (i = 0; i < 8; i++)
+		buf[n++] = (unsigned char)((uint64_t)len >> (8 * i));
+	memcpy(buf + n, val, len);
+	return n + len;
+}
+
+static void
+setdef(sg_algdef *d, const char *seed)
+{
+	memset(d, 0, sizeof *d);
+	d->algorithm = SG_ALG_PULSAR;
+	strcpy(d->seed, seed);
+	d->seed_len = strlen(seed);
+	d->virtual_nodes = 150;
+}
+
+static void
+test_tag_layout_is_name_ff_le64_len_value(void **state)
+{
+	sgi_hashbuf h;
+	static const unsigned char want[] = {
+		'a', 'b', 0xFF, 3, 0, 0, 0, 0, 0, 0, 0, 'x', 'y', 'z',
+		'q', 0xFF, 0, 0, 0, 0, 0, 0, 0, 0,
+	};
+
+	(void)state;
+	sgi_hb_reset(&h);
+	assert_int_equal(h.len, 0);
+	sgi_hb_tag(&h, "ab", "xyz", 3);
+	sgi_hb_tag(&h, "q", "", 0);
+	assert_int_equal(h.len, sizeof want);
+	assert_memory_equal(h.b, want, sizeof want);
+	assert_true(sgi_hb_xxh3(&h) == XXH3_64bits(want, sizeof want));
+}
+
+static void
+test_ring_entry_vector_matches_hand_built_bytes(void **state)
+{
+	unsigned char buf[512], v7[8] = { 7, 0, 0, 0, 0, 0, 0, 0 };
+	sgi_hashbuf prefix;
+	sg_algdef d;
+	sg_request r;
+	size_t n = 0;
+
+	(void)state;
+	buf[n++] = 0x01;
+	n = put_tag(buf, n, "seed", "seed-1", 6);
+	n = put_tag(buf, n, "routing_key", "rk-1", 4);
+	n = put_tag(buf, n, "model_id", "model-a", 7);
+	n = put_tag(buf, n, "cluster_id", "inst-a", 6);
+	n = put_tag(buf, n, "virtual_node", v7, 8);
+
+	setdef(&d, "seed-1");
+	memset(&r, 0, sizeof r);
+	r.routing_key = "rk-1";
+	r.model = "model-a";
+	sgi_ring_prefix(&prefix, &d, &r);
+	assert_true(sgi_ring_entry_hash(&prefix, "inst-a", 6, 7) ==
+	    XXH3_64bits(buf, n));
+	/* a different virtual node gives a different entry */
+	assert_true(sgi_ring_entry_hash(&prefix, "inst-a", 6, 8) !=
+	    XXH3_64bits(buf, n));
+}
+
+static void
+test_ring_key_hash_layout(void **state)
+{
+	unsigned char buf[512];
+	sgi_hashbuf prefix;
+	sg_algdef d;
+	sg_request r;
+	size_t n = 0;
+
+	(void)state;
+	buf[n++] = 0x01;
+	n = put_tag(buf, n, "seed", "", 0);
+	n = put_tag(buf, n, "routing_key", "", 0);	/* absent -> "" */
+	n = put_tag(buf, n, "model_id", "m", 1);
+	n = put_tag(buf, n, "cache_affinity_key", "k1", 2);
+	setdef(&d, "");
+	memset(&r, 0, sizeof r);
+	r.model = "m";
+	sgi_ring_prefix(&prefix, &d, &r);
+	assert_true(sgi_ring_key_hash(&prefix, "k1", 2) == XXH3_64bits(buf, n));
+}
+
+static void
+test_pulsar_vector_0x19443c44ec9f8abf(void **state)
+{
+	sgi_hashbuf prefix;
+	sg_algdef d;
+	sg_request r;
+
+	(void)state;
+	setdef(&d, "seed-1");
+	memset(&r, 0, sizeof r);
+	r.routing_key = "rk-1";
+	r.model = "model-a";
+	r.cache_affinity_key = "prefix-123";
+	sgi_pulsar_prefix(&prefix, &d, &r);
+	assert_true(sgi_pulsar_hash(&prefix, "inst-a", 6) ==
+	    0x19443c44ec9f8abfULL);
+}
+
+/* A prefix longer than the fixed buffer hashes exactly like the bytes. */
+static void
+test_long_affinity_key_hashes_all_bytes(void **state)
+{
+	size_t keylen = 3 * sizeof(((sgi_hashbuf *)0)->b), n = 0;
+	unsigned char *buf = malloc(keylen + 512);
+	char *key = malloc(keylen + 1);
+	sgi_hashbuf prefix;
+	sg_algdef d;
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(key);
+	for (i = 0; i < keylen; i++)
+		key[i] = (char)('a' + i % 26);
+	key[keylen] = '\0';
+	buf[n++] = 0x01;
+	n = put_tag(buf, n, "seed", "s", 1);
+	n = put_tag(buf, n, "routing_key", "rk", 2);
+	n = put_tag(buf, n, "model_id", "m", 1);
+	n = put_tag(buf, n, "cache_affinity_key", key, keylen);
+	n = put_tag(buf, n, "cluster_id", "c-1", 3);
+	setdef(&d, "s");
+	memset(&r, 0, sizeof r);
+	r.routing_key = "rk";
+	r.model = "m";
+	r.cache_affinity_key = key;
+	sgi_pulsar_prefix(&prefix, &d, &r);
+	assert_true(sgi_pulsar_hash(&prefix, "c-1", 3) == XXH3_64bits(buf, n));
+	/* the ring key hash with a long key, too */
+	sgi_ring_prefix(&prefix, &d, &r);
+	n = 0;
+	buf[n++] = 0x01;
+	n = put_tag(buf, n, "seed", "s", 1);
+	n = put_tag(buf, n, "routing_key", "rk", 2);
+	n = put_tag(buf, n, "model_id", "m", 1);
+	n = put_tag(buf, n, "cache_affinity_key", key, keylen);
+	assert_true(sgi_ring_key_hash(&prefix, key, keylen) ==
+	    XXH3_64bits(buf, n));
+	free(buf);
+	free(key);
+}
+
+static void
+test_pulsar_score_is_weight_over_minus_ln_u(void **state)
+{
+	double s = 0, u;
+
+	(void)state;
+	u = (1234567.0 + 1.0) / ((double)UINT64_MAX + 2.0);
+	assert_true(sgi_pulsar_score(1234567, 100, &s));
+	assert_near(s, 100 / -log(u), 1e-9);
+	assert_true(sgi_pulsar_score(0, 1, &s));
+	assert_near(s, 1 / -log(1.0 / ((double)UINT64_MAX + 2.0)), 1e-12);
+	/* h = UINT64_MAX gives u = 1, e = 0: unranked */
+	assert_false(sgi_pulsar_score(UINT64_MAX, 1, &s));
+	/* larger h -> larger u -> smaller e -> larger score */
+	{
+		double lo = 0, hi = 0;
+
+		assert_true(sgi_pulsar_score(1ULL << 40, 10, &lo));
+		assert_true(sgi_pulsar_score(1ULL << 62, 10, &hi));
+		assert_true(hi > lo);
+	}
+}
+
+static void
+test_pulsar_weight_modes(void **state)
+{
+	sg_algdef d;
+	sg_cluster c;
+	double w = 0;
+
+	(void)state;
+	setdef(&d, "");
+	assert_int_equal(sg_cluster_init(&c, "a", 1), 0);
+	c.last_mean_input_tps = 500;
+	/* default max-input-tps mode: absent max -> unranked, no fallback */
+	assert_false(sgi_pulsar_weight(&d, &c, &w));
+	c.max_input_tps = 900;
+	assert_true(sgi_pulsar_weight(&d, &c, &w));
+	assert_near(w, 900, 0);
+	c.max_input_tps = INFINITY;
+	assert_false(sgi_pulsar_weight(&d, &c, &w));
+	c.max_input_tps = NAN;
+	assert_false(sgi_pulsar_weight(&d, &c, &w));
+	c.max_input_tps = -1;
+	assert_false(sgi_pulsar_weight(&d, &c, &w));
+	d.rendezvous_weight = SG_WEIGHT_LAST_MEAN_INPUT_TPS;
+	assert_true(sgi_pulsar_weight(&d, &c, &w));
+	assert_near(w, 500, 0);
+	c.last_mean_input_tps = 0;
+	assert_false(sgi_pulsar_weight(&d, &c, &w));
+}
+
+static void
+draw(uint64_t *out, size_t n, uint64_t rs, const sg_algdef *d,
+    const sg_request *r)
+{
+	sgi_rng g;
+	size_t i;
+
+	sgi_rng_seed(&g, rs, d, r);
+	for (i = 0; i < n; i++)
+		out[i] = sgi_rng_next(&g);
+}
+
+static void
+test_prng_same_inputs_same_stream(void **state)
+{
+	uint64_t a[16], b[16];
+	sg_algdef d, d2;
+	sg_request r;
+
+	(void)state;
+	setdef(&d, "s");
+	memset(&r, 0, sizeof r);
+	r.request_id = "req-1";
+	draw(a, 16, 42, &d, &r);
+	draw(b, 16, 42, &d, &r);
+	assert_memory_equal(a, b, sizeof a);
+	/* the definition's id and algorithm do not enter the seed */
+	d2 = d;
+	d2.id = 7;
+	d2.algorithm = SG_ALG_RANDOM;
+	draw(b, 16, 42, &d2, &r);
+	assert_memory_equal(a, b, sizeof a);
+	/* the stream is not constant */
+	assert_true(a[0] != a[1]);
+}
+
+static void
+test_prng_differs_by_request_attempt_and_seeds(void **state)
+{
+	const char *ex[] = { "c1" };
+	uint64_t a[4], b[4];
+	sg_algdef d;
+	sg_request r;
+
+	(void)state;
+	setdef(&d, "s");
+	memset(&r, 0, sizeof r);
+	r.request_id = "req-1";
+	draw(a, 4, 42, &d, &r);
+
+	r.request_id = "req-2";
+	draw(b, 4, 42, &d, &r);
+	assert_true(memcmp(a, b, sizeof a) != 0);
+
+	r.request_id = "req-1";
+	r.excluded = ex;
+	r.nexcluded = 1;	/* attempt 1 */
+	draw(b, 4, 42, &d, &r);
+	assert_true(memcmp(a, b, sizeof a) != 0);
+	r.nexcluded = 0;
+
+	draw(b, 4, 43, &d, &r);	/* router seed */
+	assert_true(memcmp(a, b, sizeof a) != 0);
+
+	setdef(&d, "t");	/* definition seed */
+	draw(b, 4, 42, &d, &r);
+	assert_true(memcmp(a, b, sizeof a) != 0);
+
+	r.request_id = NULL;	/* absent id hashes as "" and still works */
+	draw(b, 4, 42, &d, &r);
+	draw(a, 4, 42, &d, &r);
+	assert_memory_equal(a, b, sizeof a);
+}
+
+static void
+test_rng_below_in_bounds_and_covers_range(void **state)
+{
+	static const uint64_t ns[] = { 1, 2, 3, 7, 10, 1000,
+	    (1ULL << 63) + 1, UINT64_MAX };
+	unsigned seen[7] = { 0 };
+	sg_algdef d;
+	sg_request r;
+	sgi_rng g;
+	size_t i, k;
+
+	(void)state;
+	setdef(&d, "");
+	memset(&r, 0, sizeof r);
+	r.request_id = "bounds";
+	sgi_rng_seed(&g, 1, &d, &r);
+	for (k = 0; k < sizeof ns / sizeof ns[0]; k++)
+		for (i = 0; i < 2000; i++)
+			assert_true(sgi_rng_below(&g, ns[k]) < ns[k]);
+	for (i = 0; i < 7000; i++)
+		seen[sgi_rng_below(&g, 7)]++;
+	/* every value appears, none wildly over-represented (expect 1000) */
+	for (k = 0; k < 7; k++) {
+		assert_true(seen[k] > 800);
+		assert_true(seen[k] < 1200);
+	}
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tag_layout_is_name_ff_le64_len_value),
+		cmocka_unit_test(test_ring_entry_vector_matches_hand_built_bytes),
+		cmocka_unit_test(test_ring_key_hash_layout),
+		cmocka_unit_test(test_pulsar_vector_0x19443c44ec9f8abf),
+		cmocka_unit_test(test_long_affinity_key_hashes_all_bytes),
+		cmocka_unit_test(test_pulsar_score_is_weight_over_minus_ln_u),
+		cmocka_unit_test(test_pulsar_weight_modes),
+		cmocka_unit_test(test_prng_same_inputs_same_stream),
+		cmocka_unit_test(test_prng_differs_by_request_attempt_and_seeds),
+		cmocka_unit_test(test_rng_below_in_bounds_and_covers_range),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
