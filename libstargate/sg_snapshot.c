@@ -338,34 +338,352 @@ sg_snapshot_reserve(sg_snapshot *s, size_t i, uint64_t tokens,
 
 /* --- JSON codec ----------------------------------------------------------- */
 
+/*
+ * Field readers.  Each takes the JSON value and the path pieces used in the
+ * error message ("<where>.<field>: <problem>"); where may be "" at the top.
+ */
+static int
+field_err(sg_error *err, const char *where, const char *field,
+    const char *what)
+{
+	return sg_seterr(err, SG_EINVAL, "%s%s%s: %s", where,
+	    *where != '\0' ? "." : "", field, what);
+}
+
+/* JSON integers only (a real such as 4.0 is a wrong type), >= 0. */
+static int
+get_u64(const json_t *v, uint64_t *out, const char *where, const char *field,
+    sg_error *err)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return field_err(err, where, field,
+		    "expected a non-negative integer");
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* Integers or reals, finite, >= 0. */
+static int
+get_num(const json_t *v, double *out, const char *where, const char *field,
+    sg_error *err)
+{
+	double d;
+
+	if (!json_is_number(v))
+		return field_err(err, where, field,
+		    "expected a non-negative number");
+	d = json_number_value(v);
+	if (!isfinite(d) || d < 0)
+		return field_err(err, where, field,
+		    "expected a non-negative number");
+	*out = d;
+	return 0;
+}
+
+/* "queue_time_ms_by_priority": {"<u32>": ms, ...} */
+static int
+get_prio_map(sg_cluster *c, const json_t *v, const char *where,
+    sg_error *err)
+{
+	static const char field[] = "queue_time_ms_by_priority";
+	const char *key;
+	json_t *val;
+
+	c->nprio = 0;
+	if (!json_is_object(v))
+		return field_err(err, where, field, "expected an object");
+	if (json_object_size(v) > SG_PRIO_MAX)
+		return sg_seterr(err, SG_EINVAL,
+		    "%s%s%s: more than %d priority entries", where,
+		    *where != '\0' ? "." : "", field, SG_PRIO_MAX);
+	json_object_foreach((json_t *)(uintptr_t)v, key, val) {
+		uint64_t prio;
+		uint32_t i;
+		double ms;
+
+		if (sg_parse_u64(key, strlen(key), UINT32_MAX, &prio) != 0)
+			return sg_seterr(err, SG_EINVAL,
+			    "%s%s%s: key \"%.32s\" is not a priority "
+			    "(decimal 0..4294967295)", where,
+			    *where != '\0' ? "." : "", field, key);
+		if (!json_is_number(val) || !isfinite(json_number_value(val)) ||
+		    json_number_value(val) < 0)
+			return sg_seterr(err, SG_EINVAL,
+			    "%s%s%s.%s: expected a non-negative number", where,
+			    *where != '\0' ? "." : "", field, key);
+		ms = json_number_value(val);
+		i = prio_lower_bound(c, (uint32_t)prio);
+		if (i < c->nprio && c->prio_key[i] == (uint32_t)prio)
+			return sg_seterr(err, SG_EINVAL,
+			    "%s%s%s: duplicate priority %u", where,
+			    *where != '\0' ? "." : "", field,
+			    (unsigned)prio);
+		if (sg_cluster_set_prio(c, (uint32_t)prio, ms) != 0)
+			return sg_seterr(err, SG_EINVAL,
+			    "%s%s%s: more than %d priority entries", where,
+			    *where != '\0' ? "." : "", field, SG_PRIO_MAX);
+	}
+	return 0;
+}
+
+/* The u64 fields of a cluster object, by name. */
+static const struct {
+	const char	*name;
+	size_t		 off;
+} u64_fields[] = {
+	{ "max_engine_concurrency", offsetof(sg_cluster, max_engine_concurrency) },
+	{ "running", offsetof(sg_cluster, running) },
+	{ "queued", offsetof(sg_cluster, queued) },
+	{ "queued_input_tokens", offsetof(sg_cluster, queued_input_tokens) },
+	{ "total_input_tokens", offsetof(sg_cluster, total_input_tokens) },
+	{ "kv_capacity_tokens", offsetof(sg_cluster, kv_capacity_tokens) },
+	{ "kv_used_tokens", offsetof(sg_cluster, kv_used_tokens) },
+	{ "kv_free_tokens", offsetof(sg_cluster, kv_free_tokens) },
+};
+
+static const struct {
+	const char	*name;
+	size_t		 off;
+} num_fields[] = {
+	{ "rtt_ms", offsetof(sg_cluster, rtt_ms) },
+	{ "last_mean_input_tps", offsetof(sg_cluster, last_mean_input_tps) },
+	{ "max_input_tps", offsetof(sg_cluster, max_input_tps) },
+};
+
+#define NELEM(a)	(sizeof(a) / sizeof((a)[0]))
+
+/*
+ * One cluster object.  where prefixes error messages ("clusters[2]"); NULL
+ * or "" means none.  c is written only on success.
+ */
 int
 sg_cluster_from_json(sg_cluster *c, const json_t *obj, const char *where,
     sg_error *err)
 {
-	(void)c;
-	(void)obj;
-	return sg_seterr(err, SG_EINVAL, "%s: JSON codec not implemented yet",
-	    where != NULL ? where : "cluster");
+	sg_cluster tmp;
+	const char *key;
+	json_t *val, *id;
+	size_t i;
+	int rc;
+
+	if (where == NULL)
+		where = "";
+	if (!json_is_object(obj))
+		return sg_seterr(err, SG_EINVAL, "%s: expected an object",
+		    *where != '\0' ? where : "cluster");
+	id = json_object_get(obj, "id");
+	if (id == NULL)
+		return field_err(err, where, "id", "required");
+	if (!json_is_string(id) || json_string_length(id) == 0 ||
+	    json_string_length(id) > SG_ID_MAX ||
+	    strlen(json_string_value(id)) != json_string_length(id))
+		return sg_seterr(err, SG_EINVAL,
+		    "%s%sid: expected a string of 1..%d bytes", where,
+		    *where != '\0' ? "." : "", SG_ID_MAX);
+	(void)sg_cluster_init(&tmp, json_string_value(id),
+	    json_string_length(id));
+
+	json_object_foreach((json_t *)(uintptr_t)obj, key, val) {
+		bool known = false;
+
+		if (strcmp(key, "id") == 0)
+			continue;
+		for (i = 0; i < NELEM(u64_fields) && !known; i++) {
+			if (strcmp(key, u64_fields[i].name) != 0)
+				continue;
+			known = true;
+			if ((rc = get_u64(val, (uint64_t *)(void *)((char *)&tmp +
+			    u64_fields[i].off), where, key, err)) != 0)
+				return rc;
+		}
+		for (i = 0; i < NELEM(num_fields) && !known; i++) {
+			if (strcmp(key, num_fields[i].name) != 0)
+				continue;
+			known = true;
+			if ((rc = get_num(val, (double *)(void *)((char *)&tmp +
+			    num_fields[i].off), where, key, err)) != 0)
+				return rc;
+		}
+		if (!known && strcmp(key, "queue_time_ms_by_priority") == 0) {
+			known = true;
+			if ((rc = get_prio_map(&tmp, val, where, err)) != 0)
+				return rc;
+		}
+		if (!known)
+			return field_err(err, where, key, "unknown field");
+	}
+	*c = tmp;
+	return 0;
 }
 
+/*
+ * {"clusters": [...]}.  On failure s is unchanged: the clusters are read
+ * into a fresh snapshot that replaces s's content only on success.
+ */
 int
 sg_snapshot_from_json(sg_snapshot *s, const json_t *obj, sg_error *err)
 {
-	(void)s;
-	(void)obj;
-	return sg_seterr(err, SG_EINVAL, "JSON codec not implemented yet");
+	sg_snapshot tmp = { 0 };
+	const json_t *arr = NULL;
+	const char *key;
+	json_t *val;
+	sg_cluster c;
+	size_t i, n;
+	int rc = 0;
+
+	if (!json_is_object(obj))
+		return sg_seterr(err, SG_EINVAL, "snapshot: expected an object");
+	json_object_foreach((json_t *)(uintptr_t)obj, key, val) {
+		if (strcmp(key, "clusters") == 0)
+			arr = val;
+		else
+			return field_err(err, "", key, "unknown field");
+	}
+	if (arr == NULL)
+		return field_err(err, "", "clusters", "required");
+	if (!json_is_array(arr))
+		return field_err(err, "", "clusters", "expected an array");
+	n = json_array_size(arr);
+	if (n > SG_MAX_CANDIDATES)
+		return sg_seterr(err, SG_EINVAL, "clusters: more than %d clusters",
+		    SG_MAX_CANDIDATES);
+	if ((rc = grow(&tmp, n)) != 0) {
+		rc = sg_seterr(err, rc, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		char where[32];
+
+		snprintf(where, sizeof(where), "clusters[%zu]", i);
+		if ((rc = sg_cluster_from_json(&c, json_array_get(arr, i), where,
+		    err)) != 0)
+			goto out;
+		if (sg_snapshot_find(&tmp, c.id, c.id_len) >= 0) {
+			rc = sg_seterr(err, SG_EINVAL,
+			    "%s.id: duplicate cluster id \"%s\"", where, c.id);
+			goto out;
+		}
+		if ((rc = sg_snapshot_add(&tmp, &c, err)) != 0)
+			goto out;
+	}
+	/* swap: s takes tmp's arrays, tmp takes s's old ones to free */
+	{
+		sg_snapshot old = *s;
+
+		*s = tmp;
+		tmp = old;
+	}
+out:
+	free(tmp.c);
+	free(tmp.slot);
+	return rc;
 }
 
+/*
+ * A number as JSON: an integer when the value is integral and exactly
+ * representable (so 20000 prints as 20000, not 20000.0), else a real.
+ */
+static json_t *
+num_json(double v)
+{
+	if (v == floor(v) && fabs(v) < 9007199254740992.0)
+		return json_integer((json_int_t)v);
+	return json_real(v);
+}
+
+/* u64 as a JSON integer; jansson integers are signed 64-bit, so values past
+ * INT64_MAX (only reachable by saturation) are written as INT64_MAX. */
+static json_t *
+u64_json(uint64_t v)
+{
+	return json_integer(v > (uint64_t)INT64_MAX ? INT64_MAX :
+	    (json_int_t)v);
+}
+
+/* Rates that are not finite or negative are invalid, as 0 is. */
+static double
+rate_out(double v)
+{
+	return isfinite(v) && v > 0 ? v : 0;
+}
+
+/* Times: NaN or negative as 0, +inf as the largest finite double. */
+static double
+ms_out(double v)
+{
+	if (isnan(v) || v < 0)
+		return 0;
+	return isinf(v) ? 1.7976931348623157e308 : v;
+}
+
+/*
+ * Every field is written (zeros included), in the order of SPEC.md §2.1, so
+ * sg_cluster_from_json(sg_cluster_to_json(c)) == c for any cluster the
+ * codec accepts.
+ */
 json_t *
 sg_cluster_to_json(const sg_cluster *c)
 {
-	(void)c;
+	json_t *o = NULL, *m = NULL;
+	uint32_t i;
+	int bad = 0;
+
+	if ((o = json_object()) == NULL || (m = json_object()) == NULL)
+		goto fail;
+	bad |= json_object_set_new(o, "id", json_stringn(c->id, c->id_len));
+	bad |= json_object_set_new(o, "rtt_ms", num_json(ms_out(c->rtt_ms)));
+	bad |= json_object_set_new(o, "max_engine_concurrency",
+	    u64_json(c->max_engine_concurrency));
+	bad |= json_object_set_new(o, "running", u64_json(c->running));
+	bad |= json_object_set_new(o, "queued", u64_json(c->queued));
+	bad |= json_object_set_new(o, "queued_input_tokens",
+	    u64_json(c->queued_input_tokens));
+	bad |= json_object_set_new(o, "total_input_tokens",
+	    u64_json(c->total_input_tokens));
+	bad |= json_object_set_new(o, "last_mean_input_tps",
+	    num_json(rate_out(c->last_mean_input_tps)));
+	bad |= json_object_set_new(o, "max_input_tps",
+	    num_json(rate_out(c->max_input_tps)));
+	bad |= json_object_set_new(o, "kv_capacity_tokens",
+	    u64_json(c->kv_capacity_tokens));
+	bad |= json_object_set_new(o, "kv_used_tokens",
+	    u64_json(c->kv_used_tokens));
+	bad |= json_object_set_new(o, "kv_free_tokens",
+	    u64_json(c->kv_free_tokens));
+	for (i = 0; i < c->nprio && i < SG_PRIO_MAX; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "%u", (unsigned)c->prio_key[i]);
+		bad |= json_object_set_new(m, key,
+		    num_json(ms_out(c->prio_ms[i])));
+	}
+	bad |= json_object_set_new(o, "queue_time_ms_by_priority", m);
+	m = NULL;
+	if (bad)
+		goto fail;
+	return o;
+fail:
+	json_decref(m);
+	json_decref(o);
 	return NULL;
 }
 
 json_t *
 sg_snapshot_to_json(const sg_snapshot *s)
 {
-	(void)s;
+	json_t *o, *arr;
+	size_t i;
+
+	if ((o = json_object()) == NULL)
+		return NULL;
+	if ((arr = json_array()) == NULL ||
+	    json_object_set_new(o, "clusters", arr) != 0)
+		goto fail;
+	for (i = 0; i < s->n; i++)
+		if (json_array_append_new(arr, sg_cluster_to_json(&s->c[i])) != 0)
+			goto fail;
+	return o;
+fail:
+	json_decref(o);
 	return NULL;
 }
