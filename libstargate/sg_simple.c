@@ -1,0 +1,466 @@
+/*
+ * sg_simple.c — the algorithms without phases (ref §4.2–§4.4, §4.6):
+ * random, round-robin, power-of-n and pulsar (weighted rendezvous), plus the
+ * pulsar ranking and feasibility shared with pulsar-wait-and-widen and
+ * input-work admission.
+ *
+ * Hot-path rules: no allocation (index lists live in the router's scratch),
+ * no O(n) work that the algorithm does not need.  Power-of-n samples by
+ * rejection when the eligible set is dense and the sample small, so a
+ * two-choice decision touches two clusters whatever n is.  Pulsar needs only
+ * the first eligible cluster of the ranking, its position and whether a KV
+ * skip preceded it: one pass of hashes finds the best eligible score, a
+ * second pass counts the ranked clusters ahead of it.  The full sort
+ * (sgi_pulsar_rank) is for pulsar-wait-and-widen, admission and --explain.
+ *
+ * Randomness comes from sgi_rng seeded per call by (router seed, definition
+ * seed, request_id, attempt) so a decision replays exactly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "sg_internal.h"
+
+#define DENSE_MAX_SAMPLE	64	/* rejection sampling keeps <= this */
+
+static void	score_explain(sgi_ctx *);
+
+static void
+unavailable(const sgi_ctx *x, sg_decision *out)
+{
+	out->kind = SG_DECIDE_REJECT;
+	out->algorithm = sg_algorithm_name(x->def->algorithm);
+	out->index = 0;
+	out->cluster_id = NULL;
+	out->rank_depth = 0;
+	out->kv_skip = false;
+	out->phase = SG_PHASE_NONE;
+	out->recheck_at_ms = 0;
+	out->status = 503;
+	out->code = "overloaded_error";
+	out->reason = NULL;
+}
+
+static void
+selected(const sgi_ctx *x, sg_decision *out, size_t i, unsigned depth,
+    bool kv_skip)
+{
+	out->kind = SG_DECIDE_SELECT;
+	out->algorithm = sg_algorithm_name(x->def->algorithm);
+	out->index = i;
+	out->cluster_id = sg_snapshot_get(x->snap, i)->id;
+	out->rank_depth = depth;
+	out->kv_skip = kv_skip;
+	out->phase = SG_PHASE_NONE;
+	out->recheck_at_ms = 0;
+	out->status = 0;
+	out->code = NULL;
+	out->reason = NULL;
+}
+
+/* The k-th (0-based) non-excluded candidate in list order. */
+static size_t
+kth_eligible(const sgi_ctx *x, size_t k)
+{
+	const unsigned char *ex = x->scratch->excluded;
+	size_t i;
+
+	if (x->neligible == x->n)
+		return k;
+	for (i = 0; i < x->n; i++)
+		if (!ex[i] && k-- == 0)
+			return i;
+	return 0;	/* not reached: k < neligible */
+}
+
+int
+sgi_random(sgi_ctx *x, sg_decision *out)
+{
+	const unsigned char *ex = x->scratch->excluded;
+	sgi_rng g;
+	size_t i;
+	int tries;
+
+	if (x->explain != NULL)
+		score_explain(x);
+	if (x->neligible == 0) {
+		unavailable(x, out);
+		return 0;
+	}
+	sgi_rng_seed(&g, x->router_seed, x->def, x->req);
+	/* Few exclusions: probe a handful of uniform indices first. */
+	if (x->neligible * 4 >= x->n * 3)
+		for (tries = 0; tries < 8; tries++) {
+			i = (size_t)sgi_rng_below(&g, x->n);
+			if (!ex[i]) {
+				selected(x, out, i, 1, false);
+				return 0;
+			}
+		}
+	i = kth_eligible(x, (size_t)sgi_rng_below(&g, x->neligible));
+	selected(x, out, i, 1, false);
+	return 0;
+}
+
+int
+sgi_round_robin(sgi_ctx *x, sg_decision *out)
+{
+	uint64_t c;
+
+	if (x->explain != NULL)
+		score_explain(x);
+	if (x->neligible == 0) {
+		unavailable(x, out);
+		return 0;
+	}
+	c = (*x->rr_counter)++;
+	if (x->neligible == x->n)
+		selected(x, out, (size_t)(c % x->n), 1, false);
+	else
+		selected(x, out, kth_eligible(x, (size_t)(c % x->neligible)),
+		    1, false);
+	return 0;
+}
+
+/*
+ * Candidate i against the incumbent under total order; ties replace the
+ * incumbent with probability 1/ties (reservoir), so the winner among equal
+ * scores is uniform.
+ */
+static void
+consider(sgi_rng *g, size_t i, double s, size_t *best, double *bs,
+    uint64_t *ties)
+{
+	int c;
+
+	if (*ties == 0) {
+		*best = i;
+		*bs = s;
+		*ties = 1;
+		return;
+	}
+	c = sgi_total_cmp(s, *bs);
+	if (c < 0) {
+		*best = i;
+		*bs = s;
+		*ties = 1;
+	} else if (c == 0 && sgi_rng_below(g, ++*ties) == 0)
+		*best = i;
+}
+
+int
+sgi_power_of_n(sgi_ctx *x, sg_decision *out)
+{
+	const unsigned char *ex = x->scratch->excluded;
+	const sg_request *r = x->req;
+	int cmp = x->def->comparator;
+	size_t m, i, j, best = 0, *idx;
+	uint64_t ties = 0;
+	double bs = 0;
+	sgi_rng g;
+
+	if (x->explain != NULL)
+		score_explain(x);
+	if (x->neligible == 0) {
+		unavailable(x, out);
+		return 0;
+	}
+	m = x->def->sample_count > 0 ? x->def->sample_count : 1;
+	if (m > x->neligible)
+		m = x->neligible;
+	sgi_rng_seed(&g, x->router_seed, x->def, r);
+
+	if (m == x->neligible) {
+		/* The whole eligible set: scan it in list order. */
+		for (i = 0; i < x->n; i++)
+			if (!ex[i])
+				consider(&g, i, sgi_score(cmp,
+				    sg_snapshot_get(x->snap, i),
+				    r->input_tokens, r->priority),
+				    &best, &bs, &ties);
+	} else if (m <= DENSE_MAX_SAMPLE && x->neligible * 2 >= x->n &&
+	    m * 4 <= x->neligible) {
+		/*
+		 * Dense eligible set, small sample: draw uniform indices and
+		 * reject excluded or repeated ones.  Each accepted draw is
+		 * uniform over the eligible indices not yet taken, which is
+		 * exactly a sample without replacement; each draw succeeds
+		 * with probability >= 3/8.
+		 */
+		size_t got[DENSE_MAX_SAMPLE], k = 0;
+
+		while (k < m) {
+			i = (size_t)sgi_rng_below(&g, x->n);
+			if (ex[i])
+				continue;
+			for (j = 0; j < k && got[j] != i; j++)
+				;
+			if (j < k)
+				continue;
+			got[k++] = i;
+			consider(&g, i, sgi_score(cmp,
+			    sg_snapshot_get(x->snap, i), r->input_tokens,
+			    r->priority), &best, &bs, &ties);
+		}
+	} else {
+		/* Partial Fisher-Yates over the eligible indices. */
+		size_t ne = 0;
+
+		idx = x->scratch->idx;
+		for (i = 0; i < x->n; i++)
+			if (!ex[i])
+				idx[ne++] = i;
+		for (i = 0; i < m; i++) {
+			size_t t;
+
+			j = i + (size_t)sgi_rng_below(&g, ne - i);
+			t = idx[i];
+			idx[i] = idx[j];
+			idx[j] = t;
+			consider(&g, idx[i], sgi_score(cmp,
+			    sg_snapshot_get(x->snap, idx[i]), r->input_tokens,
+			    r->priority), &best, &bs, &ties);
+		}
+	}
+	selected(x, out, best, 1, false);
+	return 0;
+}
+
+/* --- pulsar ----------------------------------------------------------------- */
+
+/* Byte order of cluster ids (shorter first on a common prefix). */
+static int
+id_cmp(const sg_cluster *a, const sg_cluster *b)
+{
+	size_t n = a->id_len < b->id_len ? a->id_len : b->id_len;
+	int c = memcmp(a->id, b->id, n);
+
+	if (c != 0)
+		return c;
+	return (a->id_len > b->id_len) - (a->id_len < b->id_len);
+}
+
+/* True if candidate a ranks before b: higher score, then lower id. */
+static bool
+ranks_before(const sg_snapshot *s, const double *score, size_t a, size_t b)
+{
+	int c = sgi_total_cmp(score[a], score[b]);
+
+	if (c != 0)
+		return c > 0;
+	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
+}
+
+/*
+ * Scores of every candidate into score[]: weight / -ln(u) (> 0) when ranked,
+ * -1 when the cluster has no valid weight or an unusable hash.  Returns the
+ * number ranked.
+ */
+static size_t
+pulsar_scores(const sgi_ctx *x, double *score)
+{
+	sgi_hashbuf prefix;
+	size_t i, nr = 0;
+
+	sgi_pulsar_prefix(&prefix, x->def, x->req);
+	for (i = 0; i < x->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		double w;
+
+		score[i] = -1;
+		if (!sgi_pulsar_weight(x->def, c, &w))
+			continue;
+		if (!sgi_pulsar_score(sgi_pulsar_hash(&prefix, c->id,
+		    c->id_len), w, &score[i])) {
+			score[i] = -1;
+			continue;
+		}
+		nr++;
+	}
+	return nr;
+}
+
+static void
+sift_down(const sg_snapshot *s, const double *score, size_t *a, size_t root,
+    size_t n)
+{
+	size_t child, t;
+
+	/* A max-heap of "ranks later" puts the last-ranked at the root. */
+	while ((child = 2 * root + 1) < n) {
+		if (child + 1 < n && ranks_before(s, score, a[child], a[child + 1]))
+			child++;
+		if (!ranks_before(s, score, a[root], a[child]))
+			return;
+		t = a[root];
+		a[root] = a[child];
+		a[child] = t;
+		root = child;
+	}
+}
+
+/* Sort a[0..n) into ranking order without allocating. */
+static void
+rank_sort(const sg_snapshot *s, const double *score, size_t *a, size_t n)
+{
+	size_t i, j, t;
+
+	if (n <= 32) {
+		for (i = 1; i < n; i++) {
+			t = a[i];
+			for (j = i; j > 0 && ranks_before(s, score, t, a[j - 1]);
+			    j--)
+				a[j] = a[j - 1];
+			a[j] = t;
+		}
+		return;
+	}
+	for (i = n / 2; i-- > 0;)
+		sift_down(s, score, a, i, n);
+	for (i = n; i-- > 1;) {
+		t = a[0];
+		a[0] = a[i];
+		a[i] = t;
+		sift_down(s, score, a, 0, i);
+	}
+}
+
+size_t
+sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+{
+	double *score = x->scratch->d1;
+	size_t i, nr = 0;
+
+	pulsar_scores(x, score);
+	for (i = 0; i < x->n; i++)
+		if (score[i] > 0)
+			order[nr++] = i;
+	rank_sort(x->snap, score, order, nr);
+	return nr;
+}
+
+int
+sgi_pulsar_feasible(sgi_ctx *x, size_t i)
+{
+	const sg_cluster *c;
+	uint64_t tokens = x->req->input_tokens;
+
+	if (x->scratch->excluded[i])
+		return 1;
+	if (!x->def->consider_kv_free_tokens)
+		return 0;
+	if (tokens == 0)
+		return 2;
+	c = sg_snapshot_get(x->snap, i);
+	if (c->kv_capacity_tokens == 0 && c->kv_used_tokens == 0 &&
+	    c->kv_free_tokens == 0)
+		return 2;
+	if (c->kv_free_tokens < tokens)
+		return 2;
+	return 0;
+}
+
+static json_t *
+jnum(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* --explain: the ranking, with each candidate's rank and feasibility. */
+static void
+pulsar_explain(sgi_ctx *x)
+{
+	json_t *eff, *cands;
+	size_t *order = x->scratch->order, nr, i;
+
+	nr = sgi_pulsar_rank(x, order);
+	eff = json_array();
+	cands = json_array();
+	for (i = 0; i < nr; i++)
+		json_array_append_new(eff,
+		    json_string(sg_snapshot_get(x->snap, order[i])->id));
+	for (i = 0; i < x->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		json_t *o = json_object();
+		size_t k;
+
+		json_object_set_new(o, "cluster_id", json_string(c->id));
+		json_object_set_new(o, "excluded",
+		    json_boolean(x->scratch->excluded[i]));
+		for (k = 0; k < nr && order[k] != i; k++)
+			;
+		json_object_set_new(o, "affinity_rank",
+		    k < nr ? json_integer((json_int_t)k + 1) : json_null());
+		json_object_set_new(o, "kv_feasible",
+		    json_boolean(sgi_pulsar_feasible(x, i) != 2));
+		json_array_append_new(cands, o);
+	}
+	json_object_set_new(x->explain, "effective_order", eff);
+	json_object_set_new(x->explain, "candidates", cands);
+}
+
+/* --explain for the load-aware simple algorithms: comparator scores. */
+static void
+score_explain(sgi_ctx *x)
+{
+	const sg_request *r = x->req;
+	json_t *cands = json_array();
+	size_t i;
+
+	for (i = 0; i < x->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		json_t *o = json_object();
+
+		json_object_set_new(o, "cluster_id", json_string(c->id));
+		json_object_set_new(o, "excluded",
+		    json_boolean(x->scratch->excluded[i]));
+		json_object_set_new(o, "queue_ms",
+		    jnum(sgi_queue_ms(c, r->priority)));
+		json_object_set_new(o, "prefill_ms",
+		    jnum(sgi_prefill_ms(c, r->input_tokens, 1.0)));
+		json_object_set_new(o, "comparator_ms",
+		    jnum(sgi_comparator_ms(c, r->input_tokens, r->priority,
+		    1.0)));
+		json_object_set_new(o, "ttft_ms",
+		    jnum(sgi_comparator_ms(c, r->input_tokens, r->priority,
+		    1.0)));
+		json_array_append_new(cands, o);
+	}
+	json_object_set_new(x->explain, "candidates", cands);
+}
+
+int
+sgi_pulsar(sgi_ctx *x, sg_decision *out)
+{
+	double *score = x->scratch->d1;
+	size_t i, best = 0;
+	unsigned depth = 1;
+	bool found = false, kv_skip = false;
+
+	if (x->explain != NULL)
+		pulsar_explain(x);
+	pulsar_scores(x, score);
+	/* The first eligible cluster of the ranking = the best-ranked one. */
+	for (i = 0; i < x->n; i++) {
+		if (!(score[i] > 0) || sgi_pulsar_feasible(x, i) != 0)
+			continue;
+		if (!found || ranks_before(x->snap, score, i, best)) {
+			best = i;
+			found = true;
+		}
+	}
+	if (!found) {
+		unavailable(x, out);
+		return 0;
+	}
+	/* Everything ranked ahead of it is ineligible: count, note KV skips. */
+	for (i = 0; i < x->n; i++)
+		if (score[i] > 0 && i != best &&
+		    ranks_before(x->snap, score, i, best)) {
+			depth++;
+			if (sgi_pulsar_feasible(x, i) == 2)
+				kv_skip = true;
+		}
+	selected(x, out, best, depth, kv_skip);
+	return 0;
+}
