@@ -666,9 +666,17 @@ sg_request_from_headers(sg_request *r, const char *text, size_t len,
 			    (size_t)(le - colon - 1), err)) != 0)
 				goto out;
 		} else if (which != H_UNKNOWN && !h[which].present) {
+			/* the field value, without the optional white space
+			 * (SP, HTAB) that HTTP framing puts around it */
+			const char *v = colon + 1, *ve = le;
+
+			while (v < ve && (*v == ' ' || *v == '\t'))
+				v++;
+			while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+				ve--;
 			h[which].present = true;
-			h[which].s = colon + 1;
-			h[which].len = (size_t)(le - colon - 1);
+			h[which].s = v;
+			h[which].len = (size_t)(ve - v);
 		}
 	}
 
@@ -695,8 +703,8 @@ sg_request_from_headers(sg_request *r, const char *text, size_t len,
 		    "x-model: required");
 		goto out;
 	}
-	/* x-routing-method: kept raw for resolution (ref §3.5), which trims,
-	 * normalizes and rejects blank or unknown names itself. */
+	/* x-routing-method: the field value as received, for resolution
+	 * (ref §3.5), which normalizes and rejects blank or unknown names. */
 	if (h[H_METHOD].present) {
 		if (decodable(h[H_METHOD].s, h[H_METHOD].len))
 			r->routing_method = store_str(r, h[H_METHOD].s,

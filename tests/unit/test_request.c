@@ -1,0 +1,738 @@
+/*
+ * test_request.c — sg_request.c: the JSON form (SPEC.md §2.2), the header
+ * form (ref §1.2: optional-string and numeric rules, validation order), owned
+ * storage and exclusions.  Run from the repository root (fixtures are read
+ * from tests/fixtures/codec/).
+ */
+#include "sg_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sg_request.h"
+
+#define FIXTURES	"tests/fixtures/codec/"
+
+static int
+from_text(sg_request *r, const char *text, sg_error *err)
+{
+	json_error_t jerr;
+	json_t *j;
+	int rc;
+
+	if ((j = json_loads(text, JSON_ALLOW_NUL, &jerr)) == NULL)
+		fail_msg("bad test JSON: %s: %s", jerr.text, text);
+	sg_error_clear(err);
+	rc = sg_request_from_json(r, j, err);
+	json_decref(j);
+	return rc;
+}
+
+static void
+expect_json_reject(const char *text, const char *msg)
+{
+	sg_request r;
+	sg_error err;
+
+	sg_request_init(&r);
+	assert_int_equal(from_text(&r, text, &err), SG_EINVAL);
+	assert_string_equal(err.text, msg);
+	assert_null(r.request_id);
+	assert_null(r.store);
+	sg_request_release(&r);
+}
+
+static int
+hdrs(sg_request *r, const char *text, sg_error *err)
+{
+	sg_error_clear(err);
+	return sg_request_from_headers(r, text, strlen(text), err);
+}
+
+/* Expect a 400 naming the header. */
+static void
+expect_400(const char *text, const char *msg)
+{
+	sg_request r;
+	sg_error err;
+
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, text, &err), SG_EREQUEST);
+	assert_int_equal(err.status, 400);
+	assert_string_equal(err.text, msg);
+	assert_null(r.request_id);
+	assert_null(r.store);
+	sg_request_release(&r);
+}
+
+static char *
+slurp(const char *name)
+{
+	char path[256], *buf;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), FIXTURES "%s", name);
+	if ((f = fopen(path, "rb")) == NULL)
+		fail_msg("%s: cannot open (run from the repository root)", path);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void
+assert_str_or_null(const char *a, const char *b)
+{
+	if (a == NULL || b == NULL)
+		assert_true(a == b);
+	else
+		assert_string_equal(a, b);
+}
+
+static void
+assert_request_equal(const sg_request *a, const sg_request *b)
+{
+	size_t i;
+
+	assert_str_or_null(a->request_id, b->request_id);
+	assert_str_or_null(a->routing_key, b->routing_key);
+	assert_str_or_null(a->model, b->model);
+	assert_str_or_null(a->cache_affinity_key, b->cache_affinity_key);
+	assert_str_or_null(a->routing_method, b->routing_method);
+	assert_str_or_null(a->last_cluster_id, b->last_cluster_id);
+	assert_true(a->input_tokens == b->input_tokens);
+	assert_int_equal(a->priority, b->priority);
+	assert_int_equal(a->has_slo, b->has_slo);
+	assert_true(a->request_slo_ms == b->request_slo_ms);
+	assert_int_equal(a->has_max_wait, b->has_max_wait);
+	assert_true(a->max_wait_ms == b->max_wait_ms);
+	assert_true(a->elapsed_ms == b->elapsed_ms);
+	assert_int_equal(a->nexcluded, b->nexcluded);
+	for (i = 0; i < a->nexcluded; i++)
+		assert_string_equal(a->excluded[i], b->excluded[i]);
+}
+
+/* The SPEC.md §2.2 example, however it was read. */
+static void
+assert_spec_request(const sg_request *r)
+{
+	assert_string_equal(r->request_id, "r-1");
+	assert_string_equal(r->routing_key, "rk");
+	assert_string_equal(r->model, "m");
+	assert_string_equal(r->cache_affinity_key, "k");
+	assert_true(r->input_tokens == 1000);
+	assert_int_equal(r->priority, 0);
+	assert_true(r->has_slo && r->request_slo_ms == 2000);
+	assert_true(r->has_max_wait && r->max_wait_ms == 5000);
+	assert_string_equal(r->routing_method, "pulsar");
+	assert_false(r->routing_method_invalid);
+	assert_string_equal(r->last_cluster_id, "B");
+	assert_int_equal(r->nexcluded, 1);
+	assert_string_equal(r->excluded[0], "C");
+	assert_true(r->elapsed_ms == 0);
+	assert_int_equal(r->session_state, SG_SESSION_UNCLASSIFIED);
+}
+
+/* --- basics --------------------------------------------------------------- */
+
+static void
+test_init_is_all_absent(void **state)
+{
+	sg_request r;
+
+	(void)state;
+	memset(&r, 0x5a, sizeof(r));
+	sg_request_init(&r);
+	assert_null(r.request_id);
+	assert_null(r.model);
+	assert_null(r.routing_method);
+	assert_null(r.excluded);
+	assert_int_equal(r.nexcluded, 0);
+	assert_false(r.has_slo);
+	assert_false(r.has_max_wait);
+	assert_int_equal(r.priority, 0);
+	assert_int_equal(r.session_state, SG_SESSION_UNCLASSIFIED);
+	assert_false(r.session_promoted);
+	assert_null(r.store);
+	sg_request_release(&r);
+	sg_request_release(NULL);
+}
+
+static void
+test_session_state_names(void **state)
+{
+	(void)state;
+	assert_null(sg_session_state_name(SG_SESSION_UNCLASSIFIED));
+	assert_string_equal(sg_session_state_name(SG_SESSION_NEW), "new");
+	assert_string_equal(sg_session_state_name(SG_SESSION_RETURNING),
+	    "returning");
+	assert_string_equal(sg_session_state_name(SG_SESSION_STALE), "stale");
+	assert_null(sg_session_state_name(99));
+}
+
+static void
+test_excludes_matches_whole_ids(void **state)
+{
+	static const char *const ex[] = { "A", "cluster-b" };
+	sg_request r;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_false(sg_request_excludes(&r, "A", 1));
+	r.excluded = ex;
+	r.nexcluded = 2;
+	assert_true(sg_request_excludes(&r, "A", 1));
+	assert_true(sg_request_excludes(&r, "cluster-b", 9));
+	assert_false(sg_request_excludes(&r, "cluster", 7));
+	assert_false(sg_request_excludes(&r, "cluster-b", 8));
+	assert_false(sg_request_excludes(&r, "B", 1));
+	assert_true(sg_request_excludes(&r, "Axyz", 1));	/* length given */
+}
+
+/* --- JSON form ------------------------------------------------------------ */
+
+static void
+test_json_reads_spec_example(void **state)
+{
+	char *text = slurp("request-spec.json");
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(from_text(&r, text, &err), 0);
+	assert_spec_request(&r);
+	assert_non_null(r.store);
+	sg_request_release(&r);
+	assert_null(r.store);
+	free(text);
+}
+
+static void
+test_json_round_trips(void **state)
+{
+	sg_request a, b;
+	json_t *j;
+
+	(void)state;
+	sg_request_init(&a);
+	sg_request_init(&b);
+	assert_int_equal(from_text(&a, "{\"request_id\":\"r\\u00e9\","
+	    "\"model\":\"m\",\"input_tokens\":9223372036854775807,"
+	    "\"priority\":4294967295,\"request_slo_ms\":0,"
+	    "\"excluded_cluster_ids\":[\"A\",\"B\",\"C\"],"
+	    "\"elapsed_ms\":12.25}", NULL), 0);
+	j = sg_request_to_json(&a);
+	assert_non_null(j);
+	assert_int_equal(sg_request_from_json(&b, j, NULL), 0);
+	assert_request_equal(&a, &b);
+	assert_true(b.has_slo && b.request_slo_ms == 0);
+	assert_false(b.has_max_wait);
+	json_decref(j);
+
+	/* the spec example too, and absent fields stay absent */
+	sg_request_release(&a);
+	assert_int_equal(from_text(&a, "{\"request_id\":\"x\",\"model\":\"m\","
+	    "\"input_tokens\":0}", NULL), 0);
+	j = sg_request_to_json(&a);
+	{
+		char *s = json_dumps(j, JSON_COMPACT);
+
+		assert_string_equal(s, "{\"request_id\":\"x\",\"model\":\"m\","
+		    "\"input_tokens\":0,\"priority\":0,\"elapsed_ms\":0}");
+		free(s);
+	}
+	assert_int_equal(sg_request_from_json(&b, j, NULL), 0);
+	assert_request_equal(&a, &b);
+	json_decref(j);
+	sg_request_release(&a);
+	sg_request_release(&b);
+}
+
+static void
+test_json_blank_strings_are_absent_and_values_trimmed(void **state)
+{
+	sg_request r;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(from_text(&r, "{\"request_id\":\" r-1 \","
+	    "\"model\":\"m\",\"input_tokens\":1,\"routing_key\":\"  \","
+	    "\"cache_affinity_key\":\"\",\"last_cluster_id\":\"\\t\","
+	    "\"routing_method\":\" \",\"excluded_cluster_ids\":[\" \",\" A \"]}",
+	    NULL), 0);
+	assert_string_equal(r.request_id, "r-1");
+	assert_null(r.routing_key);
+	assert_null(r.cache_affinity_key);
+	assert_null(r.last_cluster_id);
+	assert_null(r.routing_method);
+	assert_int_equal(r.nexcluded, 1);
+	assert_string_equal(r.excluded[0], "A");
+	sg_request_release(&r);
+}
+
+static void
+test_json_requires_request_id_model_and_tokens(void **state)
+{
+	(void)state;
+	expect_json_reject("{\"model\":\"m\",\"input_tokens\":1}",
+	    "request_id: required");
+	expect_json_reject("{\"request_id\":\"  \",\"model\":\"m\","
+	    "\"input_tokens\":1}", "request_id: required");
+	expect_json_reject("{\"request_id\":\"r\",\"model\":\"m\"}",
+	    "input_tokens: required");
+	expect_json_reject("{\"request_id\":\"r\",\"input_tokens\":1}",
+	    "model: required");
+	expect_json_reject("{\"request_id\":\"r\",\"model\":\"\","
+	    "\"input_tokens\":1}", "model: required");
+	/* order of required checks: request id, input tokens, model */
+	expect_json_reject("{}", "request_id: required");
+	expect_json_reject("{\"request_id\":\"r\"}", "input_tokens: required");
+}
+
+static void
+test_json_rejects_unknown_fields_naming_them(void **state)
+{
+	(void)state;
+	expect_json_reject("{\"request_id\":\"r\",\"model\":\"m\","
+	    "\"input_tokens\":1,\"max_wait\":5}", "max_wait: unknown field");
+	expect_json_reject("{\"requestid\":\"r\"}", "requestid: unknown field");
+}
+
+static void
+test_json_rejects_wrong_types_naming_field(void **state)
+{
+	(void)state;
+	expect_json_reject("{\"request_id\":5}",
+	    "request_id: expected a string");
+	expect_json_reject("{\"model\":null}", "model: expected a string");
+	expect_json_reject("{\"input_tokens\":\"1000\"}",
+	    "input_tokens: expected a non-negative integer");
+	expect_json_reject("{\"input_tokens\":-1}",
+	    "input_tokens: expected a non-negative integer");
+	expect_json_reject("{\"input_tokens\":1.0}",
+	    "input_tokens: expected a non-negative integer");
+	expect_json_reject("{\"priority\":4294967296}",
+	    "priority: must be at most 4294967295");
+	expect_json_reject("{\"priority\":-1}",
+	    "priority: expected a non-negative integer");
+	expect_json_reject("{\"request_slo_ms\":true}",
+	    "request_slo_ms: expected a non-negative integer");
+	expect_json_reject("{\"max_wait_ms\":\"5\"}",
+	    "max_wait_ms: expected a non-negative integer");
+	expect_json_reject("{\"excluded_cluster_ids\":\"C\"}",
+	    "excluded_cluster_ids: expected an array of strings");
+	expect_json_reject("{\"excluded_cluster_ids\":[\"C\",7]}",
+	    "excluded_cluster_ids[1]: expected a string");
+	expect_json_reject("{\"elapsed_ms\":-1}",
+	    "elapsed_ms: expected a non-negative number");
+	expect_json_reject("{\"elapsed_ms\":\"0\"}",
+	    "elapsed_ms: expected a non-negative number");
+	expect_json_reject("{\"last_cluster_id\":\"a\\u0000b\"}",
+	    "last_cluster_id: contains a NUL byte");
+	expect_json_reject("[]", "request: expected an object");
+}
+
+static void
+test_json_parse_releases_previous_content(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(from_text(&r, "{\"request_id\":\"one\",\"model\":\"m\","
+	    "\"input_tokens\":1,\"priority\":7,\"excluded_cluster_ids\":[\"A\"]}",
+	    &err), 0);
+	assert_int_equal(from_text(&r, "{\"request_id\":\"two\",\"model\":\"m\","
+	    "\"input_tokens\":2}", &err), 0);
+	assert_string_equal(r.request_id, "two");
+	assert_int_equal(r.priority, 0);
+	assert_int_equal(r.nexcluded, 0);
+	/* a failure leaves r empty */
+	assert_int_equal(from_text(&r, "{\"request_id\":\"three\",\"bogus\":1}",
+	    &err), SG_EINVAL);
+	assert_null(r.request_id);
+	assert_null(r.store);
+	sg_request_release(&r);
+}
+
+static void
+test_json_many_excluded_and_long_strings(void **state)
+{
+	json_t *j = json_pack("{s:s, s:s, s:i}", "request_id", "r", "model",
+	    "m", "input_tokens", 5), *a = json_array();
+	char big[5000], id[16];
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	memset(big, 'k', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	json_object_set_new(j, "cache_affinity_key", json_string(big));
+	for (i = 0; i < SG_MAX_EXCLUDED; i++) {
+		snprintf(id, sizeof(id), "c%zu", i);
+		json_array_append_new(a, json_string(id));
+	}
+	json_object_set(j, "excluded_cluster_ids", a);
+	sg_request_init(&r);
+	assert_int_equal(sg_request_from_json(&r, j, NULL), 0);
+	assert_int_equal(strlen(r.cache_affinity_key), sizeof(big) - 1);
+	assert_int_equal(r.nexcluded, SG_MAX_EXCLUDED);
+	assert_string_equal(r.excluded[4095], "c4095");
+	assert_true(sg_request_excludes(&r, "c17", 3));
+	json_array_append_new(a, json_string("one-more"));
+	{
+		sg_error err;
+
+		assert_int_equal(sg_request_from_json(&r, j, &err), SG_EINVAL);
+		assert_string_equal(err.text,
+		    "excluded_cluster_ids: more than 4096 ids");
+	}
+	sg_request_release(&r);
+	json_decref(a);
+	json_decref(j);
+}
+
+/* --- header form ---------------------------------------------------------- */
+
+static void
+test_headers_read_captured_request(void **state)
+{
+	char *text = slurp("request-headers.txt");
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, text, &err), 0);
+	assert_spec_request(&r);
+	sg_request_release(&r);
+	free(text);
+}
+
+static void
+test_headers_names_are_case_insensitive_and_crlf_ok(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "X-REQUEST-ID: a\r\nX-Model:M1\r\n"
+	    "x-INPUT-tokens: 42\r\nX-Priority: 3\r\n"
+	    "X-Stargate-Last-Cluster-Id: C\r\n\r\n", &err), 0);
+	assert_string_equal(r.request_id, "a");
+	assert_string_equal(r.model, "M1");
+	assert_true(r.input_tokens == 42);
+	assert_int_equal(r.priority, 3);
+	assert_string_equal(r.last_cluster_id, "C");
+	assert_false(r.has_slo);
+	assert_false(r.has_max_wait);
+	assert_null(r.routing_method);
+	sg_request_release(&r);
+}
+
+static void
+test_headers_blank_optional_strings_are_absent(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-routing-key:   \nx-cache-affinity-key:\n"
+	    "x-stargate-last-cluster-id: \t \n", &err), 0);
+	assert_null(r.routing_key);
+	assert_null(r.cache_affinity_key);
+	assert_null(r.last_cluster_id);
+	sg_request_release(&r);
+}
+
+static void
+test_headers_invalid_utf8_hint_is_absent_not_an_error(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-stargate-last-cluster-id: B\xff\xfe\n"
+	    "x-routing-key: \xc0\xaf\nx-cache-affinity-key: k\x01k\n", &err), 0);
+	assert_null(r.last_cluster_id);
+	assert_null(r.routing_key);		/* overlong encoding */
+	assert_null(r.cache_affinity_key);	/* control character */
+	assert_string_equal(r.model, "m");
+	sg_request_release(&r);
+
+	/* valid UTF-8 passes through, trimmed */
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-stargate-last-cluster-id:  gr\xc3\xbcn \n",
+	    &err), 0);
+	assert_string_equal(r.last_cluster_id, "gr\xc3\xbcn");
+	sg_request_release(&r);
+}
+
+static void
+test_headers_required_fields_are_400(void **state)
+{
+	(void)state;
+	expect_400("x-model: m\nx-input-tokens: 1\n", "x-request-id: required");
+	expect_400("x-request-id:   \nx-model: m\nx-input-tokens: 1\n",
+	    "x-request-id: required");
+	/* undecodable request id is absent, hence missing */
+	expect_400("x-request-id: \xff\nx-model: m\nx-input-tokens: 1\n",
+	    "x-request-id: required");
+	expect_400("x-request-id: r\nx-model: m\n", "x-input-tokens: required");
+	expect_400("x-request-id: r\nx-input-tokens: 1\n", "x-model: required");
+	expect_400("x-request-id: r\nx-input-tokens: 1\nx-model: \n",
+	    "x-model: required");
+}
+
+static void
+test_headers_bad_numerics_are_400(void **state)
+{
+	(void)state;
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: abc\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens:  \n",
+	    "x-input-tokens: blank value");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: -1\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: +1\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1.5\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 0x10\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 18446744073709551616\n",
+	    "x-input-tokens: must be a base-10 unsigned integer "
+	    "<= 18446744073709551615");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1\n"
+	    "x-priority: 4294967296\n",
+	    "x-priority: must be a base-10 unsigned integer <= 4294967295");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1\n"
+	    "x-priority: \n", "x-priority: blank value");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1\n"
+	    "x-max-wait-ms: 5s\n",
+	    "x-max-wait-ms: must be a base-10 unsigned integer");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1\n"
+	    "x-request-slo-ms: 1\xff\n",
+	    "x-request-slo-ms: not a valid header value");
+	expect_400("x-request-id: r\nx-model: m\nx-input-tokens: 1\n"
+	    "x-elapsed-ms: -1\n",
+	    "x-elapsed-ms: must be a non-negative decimal number");
+}
+
+static void
+test_headers_numerics_accept_full_width(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens:  18446744073709551615 \nx-priority: 4294967295\n"
+	    "x-max-wait-ms: 0\nx-request-slo-ms: 007\nx-elapsed-ms: 250.5\n",
+	    &err), 0);
+	assert_true(r.input_tokens == UINT64_MAX);
+	assert_true(r.priority == UINT32_MAX);
+	assert_true(r.has_max_wait && r.max_wait_ms == 0);
+	assert_true(r.has_slo && r.request_slo_ms == 7);
+	assert_near(r.elapsed_ms, 250.5, 0);
+	sg_request_release(&r);
+}
+
+static void
+test_headers_validation_order(void **state)
+{
+	(void)state;
+	/* missing request id before a bad x-input-tokens */
+	expect_400("x-input-tokens: nope\n", "x-request-id: required");
+	/* bad tokens before a missing model */
+	expect_400("x-request-id: r\nx-input-tokens: nope\n",
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	/* missing model before bad priority / max-wait / slo */
+	expect_400("x-request-id: r\nx-input-tokens: 1\nx-priority: x\n"
+	    "x-max-wait-ms: x\nx-request-slo-ms: x\n", "x-model: required");
+	/* then priority, max-wait, slo (whatever the line order) */
+	expect_400("x-request-slo-ms: x\nx-max-wait-ms: x\nx-priority: x\n"
+	    "x-request-id: r\nx-input-tokens: 1\nx-model: m\n",
+	    "x-priority: must be a base-10 unsigned integer");
+	expect_400("x-request-slo-ms: x\nx-max-wait-ms: x\n"
+	    "x-request-id: r\nx-input-tokens: 1\nx-model: m\n",
+	    "x-max-wait-ms: must be a base-10 unsigned integer");
+	/* an undecodable routing method is never the error */
+	expect_400("x-request-id: r\nx-input-tokens: 1\nx-model: m\n"
+	    "x-routing-method: \xff\nx-request-slo-ms: x\n",
+	    "x-request-slo-ms: must be a base-10 unsigned integer");
+}
+
+static void
+test_headers_routing_method_kept_raw(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-routing-method: \t Pulsar_Wait \r\n", &err), 0);
+	assert_string_equal(r.routing_method, "Pulsar_Wait");
+	assert_false(r.routing_method_invalid);
+	sg_request_release(&r);
+
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-routing-method: \xe2\x28\xa1\n", &err), 0);
+	assert_string_equal(r.routing_method, "<invalid-utf8>");
+	assert_true(r.routing_method_invalid);
+	sg_request_release(&r);
+
+	/* present but blank is kept (resolution answers 400 unknown) */
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-routing-method:\n", &err), 0);
+	assert_non_null(r.routing_method);
+	assert_string_equal(r.routing_method, "");
+	sg_request_release(&r);
+}
+
+static void
+test_headers_excluded_ids_and_first_value_wins(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: first\nx-request-id: second\n"
+	    "x-model: m\nx-input-tokens: 1\n"
+	    "x-stargate-excluded-cluster-ids: A, B,, C \n"
+	    "X-Stargate-Excluded-Cluster-Ids: D\n", &err), 0);
+	assert_string_equal(r.request_id, "first");
+	assert_int_equal(r.nexcluded, 4);
+	assert_string_equal(r.excluded[0], "A");
+	assert_string_equal(r.excluded[1], "B");
+	assert_string_equal(r.excluded[2], "C");
+	assert_string_equal(r.excluded[3], "D");
+	assert_true(sg_request_excludes(&r, "C", 1));
+	assert_false(sg_request_excludes(&r, "", 0));
+	sg_request_release(&r);
+}
+
+static void
+test_headers_ignore_unknown_request_line_and_body(void **state)
+{
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "\r\n\r\nPOST /v1/chat/completions HTTP/1.1\r\n"
+	    "Host: h:8080\r\nAuthorization: Bearer secret\r\n"
+	    "x-request-id: r\r\nx-model: m\r\nx-input-tokens: 5\r\n\r\n"
+	    "{\"model\": \"other\"}\nx-priority: 9\n", &err), 0);
+	assert_string_equal(r.model, "m");
+	assert_int_equal(r.priority, 0);	/* after the blank line: body */
+	sg_request_release(&r);
+
+	/* no trailing newline */
+	assert_int_equal(hdrs(&r, "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 5", &err), 0);
+	assert_true(r.input_tokens == 5);
+	sg_request_release(&r);
+}
+
+static void
+test_headers_malformed_line_is_400(void **state)
+{
+	(void)state;
+	expect_400("x-request-id: r\nnot a header\nx-model: m\n",
+	    "header line 2: expected \"name: value\"");
+	expect_400("x-request-id : r\n",
+	    "header line 1: expected \"name: value\"");
+	expect_400(": r\n", "header line 1: expected \"name: value\"");
+	/* a request line is only accepted first */
+	expect_400("x-request-id: r\nGET / HTTP/1.1\n",
+	    "header line 2: expected \"name: value\"");
+}
+
+static void
+test_headers_round_trip_through_json(void **state)
+{
+	char *text = slurp("request-headers.txt");
+	sg_request a, b;
+	json_t *j;
+
+	(void)state;
+	sg_request_init(&a);
+	sg_request_init(&b);
+	assert_int_equal(sg_request_from_headers(&a, text, strlen(text), NULL), 0);
+	j = sg_request_to_json(&a);
+	assert_non_null(j);
+	assert_int_equal(sg_request_from_json(&b, j, NULL), 0);
+	assert_request_equal(&a, &b);
+	json_decref(j);
+	sg_request_release(&a);
+	sg_request_release(&b);
+	free(text);
+}
+
+static void
+test_headers_embedded_nul_makes_value_undecodable(void **state)
+{
+	static const char text[] = "x-request-id: r\nx-model: m\n"
+	    "x-input-tokens: 1\nx-routing-key: a\0b\n";
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(sg_request_from_headers(&r, text, sizeof(text) - 1,
+	    &err), 0);
+	assert_null(r.routing_key);
+	sg_request_release(&r);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_init_is_all_absent),
+		cmocka_unit_test(test_session_state_names),
+		cmocka_unit_test(test_excludes_matches_whole_ids),
+		cmocka_unit_test(test_json_reads_spec_example),
+		cmocka_unit_test(test_json_round_trips),
+		cmocka_unit_test(test_json_blank_strings_are_absent_and_values_trimmed),
+		cmocka_unit_test(test_json_requires_request_id_model_and_tokens),
+		cmocka_unit_test(test_json_rejects_unknown_fields_naming_them),
+		cmocka_unit_test(test_json_rejects_wrong_types_naming_field),
+		cmocka_unit_test(test_json_parse_releases_previous_content),
+		cmocka_unit_test(test_json_many_excluded_and_long_strings),
+		cmocka_unit_test(test_headers_read_captured_request),
+		cmocka_unit_test(test_headers_names_are_case_insensitive_and_crlf_ok),
+		cmocka_unit_test(test_headers_blank_optional_strings_are_absent),
+		cmocka_unit_test(test_headers_invalid_utf8_hint_is_absent_not_an_error),
+		cmocka_unit_test(test_headers_required_fields_are_400),
+		cmocka_unit_test(test_headers_bad_numerics_are_400),
+		cmocka_unit_test(test_headers_numerics_accept_full_width),
+		cmocka_unit_test(test_headers_validation_order),
+		cmocka_unit_test(test_headers_routing_method_kept_raw),
+		cmocka_unit_test(test_headers_excluded_ids_and_first_value_wins),
+		cmocka_unit_test(test_headers_ignore_unknown_request_line_and_body),
+		cmocka_unit_test(test_headers_malformed_line_is_400),
+		cmocka_unit_test(test_headers_round_trip_through_json),
+		cmocka_unit_test(test_headers_embedded_nul_makes_value_undecodable),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
