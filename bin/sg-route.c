@@ -345,6 +345,15 @@ struct run {
 	bool		 stream;	/* flush after every line */
 };
 
+/* Milliseconds as a JSON integer when whole (they usually are), else real. */
+static json_t *
+ms_json(double ms)
+{
+	if (ms >= 0.0 && ms < 9007199254740992.0 && ms == (double)(json_int_t)ms)
+		return json_integer((json_int_t)ms);
+	return json_real(ms);
+}
+
 /* Print one JSON object as a line.  Returns 0 or EX_IOERR. */
 static int
 emit(json_t *obj, bool flush)
@@ -390,7 +399,7 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 		}
 		if ((obj = sg_decision_to_json(&d, req)) == NULL ||
 		    json_object_set_new(obj, "elapsed_ms",
-		    json_real(elapsed)) != 0) {
+		    ms_json(elapsed)) != 0) {
 			complain(NULL, 0, "out of memory");
 			rc = EX_SOFTWARE;
 			goto out;

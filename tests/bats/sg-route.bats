@@ -1,0 +1,546 @@
+#!/usr/bin/env bats
+# sg-route(1): every algorithm, the NDJSON stream, --headers,
+# --until-decided, --explain, every exit status, the shortcut-removal
+# criteria of proposal.md, determinism, and the session-aware criteria of
+# issue 3 that are visible through sg-route.
+#
+# How the fixtures were chosen (tests/fixtures/sg-route/README.txt has the
+# details).  Which cluster is rank 1 for a key depends on XXH3, so the keys
+# were picked by computing the orders, then checked with
+# `sg-route --explain` (original_order):
+#   key "s-1",   model "m", no routing key, seed "", clusters {A, B}:
+#                ring walk (V = 150) A, B and pulsar ranking A, B;
+#   key "s-135", clusters {A, B, C}: ring A, B, C and pulsar A, B, C.
+# Equal weights (max_input_tps 1000) everywhere, so only the hash orders.
+# The "rank 1 is A" tests assert original_order too, so a fixture that
+# stopped meaning what it says fails loudly instead of passing by accident.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	BIN=${SG_BINDIR:-$BATS_TEST_DIRNAME/../../build/san/bin}
+	ROUTE=$BIN/sg-route
+	F=$BATS_TEST_DIRNAME/../fixtures/sg-route
+	MAN=$BATS_TEST_DIRNAME/../../man/sg-route.1
+}
+
+# j FILTER: jq -r over the captured output (one or more JSON lines).
+j() {
+	jq -r "$1" <<<"$output"
+}
+
+# js FILTER: jq -r over the captured lines as one array.
+js() {
+	jq -rs "$1" <<<"$output"
+}
+
+# --- usage, help, version ---------------------------------------------------
+
+@test "--help prints usage on stdout and exits 0" {
+	run -0 --separate-stderr "$ROUTE" --help
+	[[ $output == usage:\ sg-route* ]]
+	[[ $output == *--until-decided* ]]
+	[ -z "$stderr" ]
+}
+
+@test "-h is --help" {
+	run -0 --separate-stderr "$ROUTE" -h
+	[[ $output == usage:\ sg-route* ]]
+}
+
+@test "--version prints 'sg-route 0.1.0'" {
+	run -0 --separate-stderr "$ROUTE" --version
+	[ "$output" = "sg-route 0.1.0" ]
+}
+
+@test "every long option in --help appears in man/sg-route.1 and back" {
+	run -0 --separate-stderr "$ROUTE" --help
+	opts=$(grep -oE -- '--[a-z][a-z-]+' <<<"$output" | sort -u)
+	[ -n "$opts" ]
+	for o in $opts; do
+		grep -qF -- "Fl \\${o#-}" "$MAN" || { echo "missing in man: $o"; false; }
+	done
+	for o in $(grep -oE 'Fl \\-[a-z][a-z-]+' "$MAN" | sed 's/Fl \\-/--/' | sort -u); do
+		grep -qF -- "$o" <<<"$output" || { echo "missing in --help: $o"; false; }
+	done
+}
+
+@test "an unknown option is a usage error (64) with usage on stderr" {
+	run -64 --separate-stderr "$ROUTE" --frobnicate -s "$F/abc-free.json" "$F/req-plain.json"
+	[ -z "$output" ]
+	[[ $stderr == *usage:\ sg-route* ]]
+}
+
+@test "a missing -s without --ndjson is a usage error (64)" {
+	run -64 --separate-stderr "$ROUTE" "$F/req-plain.json"
+	[[ $stderr == *"-s snapshot.json is required"* ]]
+}
+
+@test "--headers with --ndjson is a usage error (64)" {
+	run -64 --separate-stderr "$ROUTE" --headers --ndjson "$F/rr.ndjson"
+	[[ $stderr == *exclusive* ]]
+}
+
+@test "a bad --seed or --elapsed-ms is a usage error (64)" {
+	run -64 --separate-stderr "$ROUTE" --seed -1 -s "$F/abc-free.json" "$F/req-plain.json"
+	[[ $stderr == *--seed* ]]
+	run -64 --separate-stderr "$ROUTE" --elapsed-ms 1e3 -s "$F/abc-free.json" "$F/req-plain.json"
+	[[ $stderr == *--elapsed-ms* ]]
+	run -64 --separate-stderr "$ROUTE" --elapsed-ms '' -s "$F/abc-free.json" "$F/req-plain.json"
+}
+
+@test "two input operands are a usage error (64)" {
+	run -64 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/req-plain.json" "$F/req-new.json"
+}
+
+@test "the snapshot and the request cannot both come from stdin (64)" {
+	run -64 --separate-stderr "$ROUTE" -s - </dev/null
+}
+
+# --- one decision per algorithm --------------------------------------------
+
+@test "random: the only non-excluded cluster is chosen, rank 1" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/req-random.json"
+	[ "$(j .decision)" = select ]
+	[ "$(j .algorithm)" = random ]
+	[ "$(j .cluster_id)" = B ]
+	[ "$(j .rank_depth)" = 1 ]
+	[ "$(j .request_id)" = r-rand ]
+}
+
+@test "random: the choice varies with the request id" {
+	reqs=$(for i in $(seq 1 30); do
+		printf '{"request": {"request_id": "x-%d", "model": "m", "input_tokens": 1, "routing_method": "random"}}\n' "$i"
+	done)
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --ndjson <<<"$reqs"
+	[ "$(js 'length')" = 30 ]
+	[ "$(js '[.[].cluster_id] | unique | length')" -ge 2 ]
+	[ "$(js '[.[].cluster_id] - ["A","B","C"] | length')" = 0 ]
+}
+
+@test "round-robin: the stream advances A, B, C, A; a new snapshot replaces the old" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-rr.json" --ndjson "$F/rr.ndjson"
+	[ "$(js '[.[].cluster_id] | join(" ")')" = "A B C A Z" ]
+	[ "$(js '[.[].algorithm] | unique | join(" ")')" = round-robin ]
+}
+
+@test "round-robin: the counter lives for the whole run, not per request" {
+	# The same request four times still rotates: the state is the router's.
+	reqs=$(printf '{"request": {"request_id": "same", "model": "m", "input_tokens": 1}}\n%.0s' 1 2 3 4)
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-rr.json" -s "$F/abc-free.json" --ndjson <<<"$reqs"
+	[ "$(js '[.[].cluster_id] | join(" ")')" = "A B C A" ]
+}
+
+@test "power-of-n: sampling every cluster picks the lowest TTFT" {
+	# abc-rtt: rtt A 50, B 1, C 30 ms, otherwise equal and free.
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pon3.json" -s "$F/abc-rtt.json" "$F/req-plain.json"
+	[ "$(j .algorithm)" = power-of-n ]
+	[ "$(j .cluster_id)" = B ]
+	[ "$(j .rank_depth)" = 1 ]
+}
+
+@test "pulsar: rank 1 of the rendezvous ranking is chosen" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --explain "$F/req-pulsar.json"
+	[ "$(j .algorithm)" = pulsar ]
+	[ "$(j '.explain.original_order | join(" ")')" = "A B C" ]
+	[ "$(j .cluster_id)" = A ]
+	[ "$(j .rank_depth)" = 1 ]
+}
+
+@test "pulsar: consider_kv_free_tokens skips a rank 1 without free KV tokens" {
+	# abc-kv: A has 50 free KV tokens, the request needs 100.
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pulsar-kv.json" -s "$F/abc-kv.json" "$F/req-pulsar.json"
+	[ "$(j .cluster_id)" = B ]
+	[ "$(j .rank_depth)" = 2 ]
+	[ "$(j .kv_skip)" = true ]
+}
+
+@test "wait-and-widen: full fast clusters, idle slow one -> wait 150 ms (ref 4.5.2)" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/fast-full-slow-idle.json" "$F/req-slow.json"
+	[ "$(j .algorithm)" = wait-and-widen ]
+	[ "$(j .decision)" = wait ]
+	[ "$(j .recheck_at_ms)" = 150 ]
+	run -0 --separate-stderr "$ROUTE" -s "$F/fast-full-slow-idle.json" --elapsed-ms 149 "$F/req-slow.json"
+	[ "$(j .decision)" = wait ]
+	[ "$(j .recheck_at_ms)" = 150 ]
+	run -0 --separate-stderr "$ROUTE" -s "$F/fast-full-slow-idle.json" --elapsed-ms 150 "$F/req-slow.json"
+	[ "$(j .decision)" = select ]
+	[ "$(j .cluster_id)" = S ]
+}
+
+@test "wait-and-widen: every cluster full -> reject 503, exit 2" {
+	run -2 --separate-stderr "$ROUTE" -c "$F/lb-waw-noflag.json" -s "$F/ab-full.json" "$F/req-plain.json"
+	[ "$(j .decision)" = reject ]
+	[ "$(j .status)" = 503 ]
+	[ "$(j .code)" = overloaded_error ]
+}
+
+@test "pulsar-wait-and-widen: a free rank 1 is chosen in the affinity phase" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-defaults.json" -s "$F/ab-drained.json" --explain "$F/req-new.json"
+	[ "$(j .algorithm)" = pulsar-wait-and-widen ]
+	[ "$(j '.explain.original_order | join(" ")')" = "A B" ]
+	[ "$(j .cluster_id)" = A ]
+	[ "$(j .rank_depth)" = 1 ]
+	[ "$(j .phase)" = affinity ]
+}
+
+# --- --until-decided ---------------------------------------------------------
+
+@test "--until-decided: prints every step, the wait, then the select" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/fast-full-slow-idle.json" --until-decided "$F/req-slow.json"
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(js '.[0].decision + " " + (.[0].elapsed_ms|tostring) + " " + (.[0].recheck_at_ms|tostring)')" = "wait 0 150" ]
+	[ "$(js '.[1].decision + " " + (.[1].elapsed_ms|tostring) + " " + .[1].cluster_id')" = "select 150 S" ]
+}
+
+@test "--until-decided: a select at once is a single line" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --until-decided "$F/req-random.json"
+	[ "${#lines[@]}" -eq 1 ]
+	[ "$(j .decision)" = select ]
+}
+
+@test "--until-decided: waits that end in a reject exit 2" {
+	# x-max-wait-ms 40: polls (1..9 ms) until the deadline, then 503.
+	req='{"request_id": "poll", "model": "m", "input_tokens": 1, "max_wait_ms": 40}'
+	run -2 --separate-stderr "$ROUTE" -c "$F/lb-waw-noflag.json" -s "$F/ab-full.json" --until-decided <<<"$req"
+	[ "$(js '.[-1].decision')" = reject ]
+	[ "$(js '[.[:-1][].decision] | unique | join(" ")')" = wait ]
+	[ "$(js '.[-2].recheck_at_ms <= 40')" = true ]
+	[ "$(js '[.[].elapsed_ms] | . == sort')" = true ]
+}
+
+# --- --explain ---------------------------------------------------------------
+
+@test "--explain adds the candidate table" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/fast-full-slow-idle.json" --explain "$F/req-slow.json"
+	[ "$(j '.explain.candidates | length')" = 4 ]
+	[ "$(j '[.explain.candidates[].cluster_id] | join(" ")')" = "F1 F2 F3 S" ]
+	[ "$(j '.explain.candidates[] | select(.cluster_id == "S") | .ttft_ms')" = 805 ]
+	[ "$(j '.explain.candidates[] | select(.cluster_id == "F1") | .ttft_ms')" = 205 ]
+	[ "$(j '.explain.candidates[] | select(.cluster_id == "F1") | .has_capacity')" = false ]
+	# The decision itself is unchanged by --explain.
+	[ "$(j .decision)" = wait ]
+	[ "$(j .recheck_at_ms)" = 150 ]
+}
+
+@test "--explain does not advance round-robin" {
+	reqs=$(printf '{"request": {"request_id": "e", "model": "m", "input_tokens": 1}}\n%.0s' 1 2 3)
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-rr.json" -s "$F/abc-free.json" --explain --ndjson <<<"$reqs"
+	[ "$(js '[.[].cluster_id] | join(" ")')" = "A B C" ]
+}
+
+# --- NDJSON stream -------------------------------------------------------------
+
+@test "stream: bad lines are reported as source:line, skipped, exit 65" {
+	run -65 --separate-stderr "$ROUTE" --ndjson "$F/bad-lines.ndjson"
+	[ "$(js '[.[].request_id] | join(" ")')" = "b-1 b-5" ]
+	# The bad snapshot (line 5) left the current one in place.
+	[ "$(js '[.[].cluster_id] | join(" ")')" = "A A" ]
+	for n in 3 4 5 6 7; do
+		[[ $stderr == *"bad-lines.ndjson:$n: "* ]] || { echo "no report for line $n"; false; }
+	done
+	[[ $stderr != *"bad-lines.ndjson:8:"* ]]
+	[[ $stderr == *":4: "*"(400 unknown_method)"* ]]
+	[[ $stderr == *":5: "*runing* ]]
+}
+
+@test "stream: a request before any snapshot is bad input (65)" {
+	run -65 --separate-stderr "$ROUTE" --ndjson "$F/no-snapshot.ndjson"
+	[ -z "$output" ]
+	[[ $stderr == *"no-snapshot.ndjson:1: request before any snapshot"* ]]
+}
+
+@test "stream: -s gives the first snapshot; stdin is the default input" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --ndjson <"$F/no-snapshot.ndjson"
+	[ "$(j .decision)" = select ]
+	[ "$(j .request_id)" = n-1 ]
+}
+
+@test "stream: exit 2 if any request was rejected" {
+	reqs='{"request": {"request_id": "ok", "model": "m", "input_tokens": 1, "routing_method": "random"}}
+{"snapshot": {"clusters": []}}
+{"request": {"request_id": "none", "model": "m", "input_tokens": 1}}'
+	run -2 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --ndjson <<<"$reqs"
+	[ "$(js '[.[].decision] | join(" ")')" = "select reject" ]
+	[ "$(js '.[1].status')" = 404 ]
+	[ "$(js '.[1].code')" = no_eligible_candidates ]
+}
+
+@test "stream: a record longer than 4 MiB is bad input, the rest flows" {
+	big=$BATS_TEST_TMPDIR/big.ndjson
+	{
+		head -c 4200000 /dev/zero | tr '\0' ' '
+		echo
+		echo '{"request": {"request_id": "after", "model": "m", "input_tokens": 1}}'
+	} >"$big"
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --ndjson "$big"
+	[ "$(j .request_id)" = after ]
+	[[ $stderr == *"big.ndjson:1: record larger than"* ]]
+}
+
+# --- --headers -----------------------------------------------------------------
+
+@test "--headers: a trimmed x-stargate-last-cluster-id makes a returning session" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-drained.json" --headers "$F/hdr-returning.txt"
+	[ "$(j .request_id)" = h-1 ]
+	[ "$(j .session_state)" = returning ]
+	[ "$(j .cluster_id)" = B ]
+	[ "$(j .selection)" = primary ]
+}
+
+@test "--headers: a blank x-stargate-last-cluster-id is absent (new, not 400)" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-drained.json" --headers "$F/hdr-blank-hint.txt"
+	[ "$(j .session_state)" = new ]
+	[ "$(j .cluster_id)" = A ]
+	[ -z "$stderr" ]
+}
+
+@test "--headers: an invalid UTF-8 x-stargate-last-cluster-id is absent (new, not 400)" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-drained.json" --headers "$F/hdr-invalid-utf8-hint.txt"
+	[ "$(j .session_state)" = new ]
+	[ "$(j .cluster_id)" = A ]
+	[ -z "$stderr" ]
+}
+
+@test "--headers: a bad x-input-tokens is a 400 request error, exit 65" {
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --headers "$F/hdr-bad-input-tokens.txt"
+	[ -z "$output" ]
+	[[ $stderr == sg-route:\ *hdr-bad-input-tokens.txt:\ * ]]
+	[[ $stderr == *x-input-tokens* ]]
+	[[ $stderr == *"(400"* ]]
+}
+
+@test "--headers: read from stdin" {
+	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --headers - < <(printf 'X-Request-Id: h-9\nX-Model: m\nX-Input-Tokens: 5\nX-Routing-Method: random\n')
+	[ "$(j .request_id)" = h-9 ]
+	[ "$(j .algorithm)" = random ]
+}
+
+@test "--headers: a missing x-request-id is a 400 request error, exit 65" {
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --headers < <(printf 'x-model: m\nx-input-tokens: 5\n')
+	[[ $stderr == *x-request-id* ]]
+}
+
+# --- error exits -----------------------------------------------------------------
+
+@test "malformed request JSON is bad input (65) with file:line:column" {
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/req-bad-json.json"
+	[ -z "$output" ]
+	[[ $stderr == sg-route:\ *req-bad-json.json:2:* ]]
+}
+
+@test "an unknown request field is bad input (65) naming the field" {
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/req-unknown-field.json"
+	[[ $stderr == *colour* ]]
+}
+
+@test "an unknown routing_method is a 400 request error, exit 65 with the class" {
+	run -65 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/req-bad-method.json"
+	[ -z "$output" ]
+	[[ $stderr == *"(400 unknown_method)"* ]]
+}
+
+@test "a bad snapshot file is bad input (65) naming the field" {
+	echo '{"clusters": [{"id": "A", "runing": 1}]}' >"$BATS_TEST_TMPDIR/snap.json"
+	run -65 --separate-stderr "$ROUTE" -s "$BATS_TEST_TMPDIR/snap.json" "$F/req-plain.json"
+	[[ $stderr == *runing* ]]
+}
+
+@test "a missing request, snapshot or config file is exit 66" {
+	run -66 --separate-stderr "$ROUTE" -s "$F/abc-free.json" "$F/no-such-request.json"
+	[[ $stderr == *"cannot open"*no-such-request.json* ]]
+	run -66 --separate-stderr "$ROUTE" -s "$F/no-such-snapshot.json" "$F/req-plain.json"
+	[[ $stderr == *no-such-snapshot.json* ]]
+	run -66 --separate-stderr "$ROUTE" -c "$F/no-such-config.json" -s "$F/abc-free.json" "$F/req-plain.json"
+	[[ $stderr == *no-such-config.json* ]]
+	run -66 --separate-stderr "$ROUTE" --ndjson "$F/no-such-stream.ndjson"
+}
+
+@test "last_cluster_affinity on pulsar is a config error (78) naming field and algorithm" {
+	run -78 --separate-stderr "$ROUTE" -c "$F/lb-bad-pulsar-flag.json" -s "$F/abc-free.json" "$F/req-plain.json"
+	[ -z "$output" ]
+	[[ $stderr == *last_cluster_affinity* ]]
+	[[ $stderr == *pulsar* ]]
+}
+
+@test "malformed lb-config JSON is a config error (78)" {
+	run -78 --separate-stderr "$ROUTE" -c "$F/lb-bad-json.json" -s "$F/abc-free.json" "$F/req-plain.json"
+	[[ $stderr == sg-route:\ * ]]
+}
+
+@test "an empty snapshot is reject 404 no_eligible_candidates, exit 2" {
+	run -2 --separate-stderr "$ROUTE" -s "$F/empty.json" "$F/req-plain.json"
+	[ "$(j .decision)" = reject ]
+	[ "$(j .status)" = 404 ]
+	[ "$(j .code)" = no_eligible_candidates ]
+}
+
+@test "a failed write to stdout is exit 74" {
+	run -74 --separate-stderr sh -c '"$1" -s "$2" "$3" >/dev/full' sh "$ROUTE" "$F/abc-free.json" "$F/req-plain.json"
+	[[ $stderr == *"write error"* ]]
+	run -74 --separate-stderr sh -c '"$1" -c "$2" --ndjson "$3" >/dev/full' sh "$ROUTE" "$F/lb-rr.json" "$F/rr.ndjson"
+}
+
+# --- shortcut removal (proposal.md "Shortcut removal") ------------------------
+
+@test "shortcut removal: no queue-SLO fields, max_queued 0, rank 1 at its limit, rank 2 free -> not rank 1" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-defaults.json" -s "$F/ab-afull.json" --explain "$F/req-new.json"
+	[ "$(j '.explain.original_order[0]')" = A ]
+	[ "$(j .decision)" = select ]
+	[ "$(j .cluster_id)" = B ]
+	[ "$(j .rank_depth)" = 2 ]
+}
+
+@test "shortcut removal: max_queued 4 with one request queued on rank 1 -> rank 1" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-mq4.json" -s "$F/ab-aqueued.json" "$F/req-new.json"
+	[ "$(j .cluster_id)" = A ]
+	[ "$(j .rank_depth)" = 1 ]
+	# Contrast: the same snapshot with max_queued 0 overflows to rank 2.
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-defaults.json" -s "$F/ab-aqueued.json" "$F/req-new.json"
+	[ "$(j .cluster_id)" = B ]
+}
+
+@test "shortcut removal: cache_affinity_wait_ms 300, max_queued 0 -> wait until 300 ms, then widens" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-x300.json" -s "$F/ab-afull.json" --until-decided "$F/req-new.json"
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(js '.[0].decision + " " + (.[0].recheck_at_ms|tostring)')" = "wait 300" ]
+	[ "$(js '.[1].decision + " " + (.[1].elapsed_ms|tostring) + " " + .[1].cluster_id + " " + (.[1].rank_depth|tostring)')" = "select 300 B 2" ]
+}
+
+# --- determinism (SPEC.md §3 "Reproducible randomness") -----------------------
+# eight-free: eight identical free clusters and the utilization comparator,
+# so every power-of-n choice is a tie broken by the PRNG.
+
+@test "determinism: the same request twice in one process decides the same" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-a.json" --ndjson "$F/det-twice.ndjson"
+	[ "$(js length)" = 40 ]
+	# Pairs (d-i, d-i) agree ...
+	[ "$(js '[range(0; length; 2) as $i | .[$i] == .[$i + 1]] | all')" = true ]
+	# ... and the choice is really random across request ids.
+	[ "$(js '[.[].cluster_id] | unique | length')" -ge 3 ]
+}
+
+@test "determinism: two processes with the same seed decide the same" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-a.json" --seed 7 --ndjson "$F/det-twice.ndjson"
+	first=$output
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-a.json" --seed 7 --ndjson "$F/det-twice.ndjson"
+	[ "$output" = "$first" ]
+	# A different seed gives a different sequence (the seed is wired in).
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-a.json" --seed 8 --ndjson "$F/det-twice.ndjson"
+	[ "$output" != "$first" ]
+}
+
+@test "determinism: lb-config files that differ only in unrelated models decide the same" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-a.json" --ndjson "$F/det-twice.ndjson"
+	a=$output
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-det-b.json" --ndjson "$F/det-twice.ndjson"
+	[ "$output" = "$a" ]
+}
+
+# --- session-aware routing through sg-route (issue 3) ------------------------
+
+# thrash ALG FLAG: the cache-thrash stream of proposal.md with k = 1 (A full
+# -> first request with no hint; A drains; 10 requests with hint B).
+thrash() {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-$1-$2.json" --until-decided --ndjson "$F/thrash.ndjson"
+}
+
+@test "cache thrash, wait-and-widen, flag on: new overflows to B at once, 10 returning stay on B" {
+	thrash waw flag
+	[ "$(js length)" = 11 ]
+	[ "$(js '.[0] | [.request_id, .decision, .cluster_id, .elapsed_ms, .session_state, .selection] | join(" ")')" = "t-0 select B 0 new fallback" ]
+	[ "$(js '[.[1:][] | .cluster_id + "/" + .session_state + "/" + .selection + "/" + (.promoted|tostring)] | unique | join(" ")')" = "B/returning/primary/true" ]
+	[ "$(js '[.[1:][].request_id] | join(" ")')" = "t-1 t-2 t-3 t-4 t-5 t-6 t-7 t-8 t-9 t-10" ]
+}
+
+@test "cache thrash, wait-and-widen, flag off: first waits 300 ms then B; the 10 go back to A" {
+	thrash waw noflag
+	[ "$(js '.[0] | [.request_id, .decision, .recheck_at_ms] | join(" ")')" = "t-0 wait 300" ]
+	[ "$(js '.[1] | [.request_id, .cluster_id, .elapsed_ms] | join(" ")')" = "t-0 B 300" ]
+	[ "$(js '[.[2:][].cluster_id] | join("")')" = AAAAAAAAAA ]
+	[ "$(js '[.[] | has("session_state")] | any')" = false ]
+}
+
+@test "cache thrash, pulsar-wait-and-widen, flag on: new overflows to B at once, 10 returning stay on B" {
+	thrash pwaw flag
+	[ "$(js length)" = 11 ]
+	[ "$(js '.[0] | [.request_id, .decision, .cluster_id, .elapsed_ms, .session_state, .selection] | join(" ")')" = "t-0 select B 0 new fallback" ]
+	[ "$(js '[.[1:][] | .cluster_id + "/" + .session_state + "/" + .selection + "/" + (.promoted|tostring)] | unique | join(" ")')" = "B/returning/primary/true" ]
+}
+
+@test "cache thrash, pulsar-wait-and-widen, flag off: first waits 300 ms then B; the 10 go back to A" {
+	thrash pwaw noflag
+	[ "$(js '.[0] | [.request_id, .decision, .recheck_at_ms] | join(" ")')" = "t-0 wait 300" ]
+	[ "$(js '.[1] | [.request_id, .cluster_id, .elapsed_ms] | join(" ")')" = "t-0 B 300" ]
+	[ "$(js '[.[2:][].cluster_id] | join("")')" = AAAAAAAAAA ]
+	[ "$(js '[.[] | has("session_state")] | any')" = false ]
+}
+
+@test "new session (both algorithms): rank 1 full, rank 2 free -> rank 2 at elapsed 0, not promoted" {
+	for alg in waw pwaw; do
+		run -0 --separate-stderr "$ROUTE" -c "$F/lb-$alg-flag.json" -s "$F/ab-afull.json" "$F/req-new.json"
+		[ "$(j '[.decision, .cluster_id, .session_state, .promoted, .selection] | map(tostring) | join(" ")')" = "select B new false fallback" ]
+	done
+}
+
+@test "returning session (both algorithms): waits for B during X, never A, then widens" {
+	# ab-bfull: A free, B (the last cluster) full.
+	for alg in waw pwaw; do
+		run -0 --separate-stderr "$ROUTE" -c "$F/lb-$alg-flag.json" -s "$F/ab-bfull.json" --until-decided "$F/req-returning-b.json"
+		[ "$(js '.[0] | [.decision, .session_state, .promoted, .recheck_at_ms] | map(tostring) | join(" ")')" = "wait returning true 300" ]
+		[ "$(js '[.[] | select(.decision == "select")] | length')" = 1 ]
+		[ "$(js '.[-1] | [.cluster_id, .selection, .session_state] | join(" ")')" = "A fallback returning" ]
+		[ "$(js '.[-1].elapsed_ms >= 300')" = true ]
+	done
+}
+
+@test "returning session, flag off (both algorithms): the hint is ignored, A at once" {
+	for alg in waw pwaw; do
+		run -0 --separate-stderr "$ROUTE" -c "$F/lb-$alg-noflag.json" -s "$F/ab-bfull.json" "$F/req-returning-b.json"
+		[ "$(j .cluster_id)" = A ]
+		[ "$(j 'has("session_state")')" = false ]
+	done
+}
+
+@test "--explain shows the promotion: effective_order starts with the hint" {
+	for alg in waw pwaw; do
+		run -0 --separate-stderr "$ROUTE" -c "$F/lb-$alg-flag.json" -s "$F/ab-drained.json" --explain "$F/req-returning-b.json"
+		[ "$(j '.explain.session.state')" = returning ]
+		[ "$(j '.explain.session.promoted')" = true ]
+		[ "$(j '.explain.session.last_cluster_id')" = B ]
+		[ "$(j '.explain.original_order[0]')" = A ]
+		[ "$(j '.explain.effective_order[0]')" = B ]
+		[ "$(j .cluster_id)" = B ]
+	done
+	# pulsar-wait-and-widen rotates the full ranking.
+	[ "$(j '.explain.effective_order | join(" ")')" = "B A" ]
+}
+
+@test "--explain for a new session: no promotion, X 0, scale 1" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-afull.json" --explain "$F/req-new.json"
+	[ "$(j '.explain.session.state')" = new ]
+	[ "$(j '.explain.session.promoted')" = false ]
+	[ "$(j '.explain.x_ms')" = 0 ]
+	[ "$(j '.explain.scale')" = 1 ]
+	[ "$(j '.explain.effective_order == .explain.original_order')" = true ]
+}
+
+@test "stale hint (both algorithms): classified stale, decided exactly like new" {
+	for alg in waw pwaw; do
+		for snap in ab-afull ab-drained ab-full; do
+			run --separate-stderr "$ROUTE" -c "$F/lb-$alg-flag.json" -s "$F/$snap.json" "$F/req-new.json"
+			new_status=$status
+			new=$(j 'del(.session_state)')
+			[ "$(j .session_state)" = new ]
+			run --separate-stderr "$ROUTE" -c "$F/lb-$alg-flag.json" -s "$F/$snap.json" "$F/req-stale.json"
+			[ "$status" = "$new_status" ]
+			[ "$(j .session_state)" = stale ]
+			[ "$(j 'del(.session_state)')" = "$new" ]
+		done
+	done
+}
+
+@test "the hint has no effect without a cache affinity key" {
+	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-bfull.json" "$F/req-nokey-b.json"
+	[ "$(j 'has("session_state")')" = false ]
+}
