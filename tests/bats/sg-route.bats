@@ -142,7 +142,7 @@ js() {
 @test "pulsar: rank 1 of the rendezvous ranking is chosen" {
 	run -0 --separate-stderr "$ROUTE" -s "$F/abc-free.json" --explain "$F/req-pulsar.json"
 	[ "$(j .algorithm)" = pulsar ]
-	[ "$(j '.explain.original_order | join(" ")')" = "A B C" ]
+	[ "$(j '.explain.effective_order | join(" ")')" = "A B C" ]
 	[ "$(j .cluster_id)" = A ]
 	[ "$(j .rank_depth)" = 1 ]
 }
