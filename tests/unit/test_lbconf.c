@@ -1639,6 +1639,53 @@ test_message_hides_control_bytes_and_long_keys(void **state)
 	    "field(s): n"));
 }
 
+/*
+ * Every JSON example in the man page parses: whole files as they are,
+ * fragments ("m": {...}) as the only model of a file.
+ */
+static void
+test_man_page_examples_parse(void **state)
+{
+	FILE *fp;
+	char line[512], block[8192], doc[8400];
+	size_t len = 0;
+	bool in = false;
+	int nblocks = 0;
+
+	(void)state;
+	fp = fopen("man/stargate-lb-config.5", "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp) != NULL) {
+		if (strncmp(line, ".Bd -literal", 12) == 0) {
+			in = true;
+			len = 0;
+			block[0] = '\0';
+			continue;
+		}
+		if (!in)
+			continue;
+		if (strncmp(line, ".Ed", 3) != 0) {
+			size_t n = strlen(line);
+
+			assert_true(len + n < sizeof(block));
+			memcpy(block + len, line, n + 1);
+			len += n;
+			continue;
+		}
+		in = false;
+		if (block[0] == '{')
+			snprintf(doc, sizeof(doc), "%s", block);
+		else if (block[0] == '"')
+			snprintf(doc, sizeof(doc), "{\"models\": {%s}}", block);
+		else
+			continue;	/* a shell example */
+		sg_lbconf_free(parse_ok(doc));
+		nblocks++;
+	}
+	fclose(fp);
+	assert_int_equal(nblocks, 4);
+}
+
 int
 main(void)
 {
@@ -1732,6 +1779,7 @@ main(void)
 		cmocka_unit_test(test_load_directory_fails),
 		cmocka_unit_test(test_free_accepts_null),
 		cmocka_unit_test(test_message_hides_control_bytes_and_long_keys),
+		cmocka_unit_test(test_man_page_examples_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
