@@ -1,0 +1,813 @@
+/*
+ * decide.c — `sg-bench decide`: per-decision latency of every algorithm
+ * through the public sg_router_decide(), next to a "floor" loop doing only
+ * the unavoidable work of the same decision with the same primitives in the
+ * same run (perf-anchors.md §6–§7, goal A1: p50(decision) / p50(floor)).
+ *
+ * Method.  For every scenario (an lb-config and a request shape) and every
+ * candidate count N, a deterministic "realistic" snapshot of N clusters is
+ * built (mixed load: some clusters with free engine slots, some full with a
+ * queue, varied rtt and throughput).  Requests rotate over --keys cache keys
+ * and request ids, so hashes, samples and rings vary per call.  Timing is by
+ * batches of BATCH (16) consecutive calls between two
+ * clock_gettime(CLOCK_MONOTONIC) reads; a batch's time / 16 is one sample, so
+ * the timer's own ~20 ns is amortised.  p50 and p99 are over those batch
+ * means (the p99 therefore understates single-call outliers).  Each
+ * measurement is repeated --runs times and the median of the runs' p50 and
+ * p99 is reported.
+ *
+ * Allocations.  This file interposes malloc, calloc, realloc and free (the
+ * executable's definitions win over libc's; they forward to glibc's
+ * __libc_* entry points).  Counting is switched on only around a
+ * steady-state loop of --iterations decisions after warm-up, so the result
+ * is heap allocations per decision in steady state (goal A3: 0).
+ *
+ * Scenarios are a table: adding a row (e.g. another session case) is one
+ * line in `scenarios[]`.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "sg_internal.h"
+#include "sg_router.h"
+#include "sg-bench/bench.h"
+
+#define BATCH		16
+#define MAX_NCAND	16
+#define MODEL		"bench-model"
+#define TOKENS		2000
+
+/* --- allocation counter ------------------------------------------------------ */
+
+void	*__libc_malloc(size_t);
+void	*__libc_calloc(size_t, size_t);
+void	*__libc_realloc(void *, size_t);
+void	 __libc_free(void *);
+
+static volatile int	count_allocs;
+static unsigned long	nallocs;
+
+void *
+malloc(size_t n)
+{
+	if (count_allocs)
+		nallocs++;
+	return __libc_malloc(n);
+}
+
+void *
+calloc(size_t n, size_t m)
+{
+	if (count_allocs)
+		nallocs++;
+	return __libc_calloc(n, m);
+}
+
+void *
+realloc(void *p, size_t n)
+{
+	if (count_allocs)
+		nallocs++;
+	return __libc_realloc(p, n);
+}
+
+void
+free(void *p)
+{
+	__libc_free(p);
+}
+
+/* --- scenarios --------------------------------------------------------------- */
+
+enum floor_kind {
+	FL_RANDOM,
+	FL_RR,
+	FL_PON,
+	FL_WAW,
+	FL_PULSAR,
+	FL_PWAW,
+};
+
+enum hint_kind {
+	HINT_NONE,		/* no x-stargate-last-cluster-id: new session */
+	HINT_OTHER,		/* a present, non-first cluster: returning */
+};
+
+struct scenario {
+	const char	*name;
+	const char	*algo;		/* models.bench-model entry (JSON) */
+	int		 floor;		/* enum floor_kind */
+	int		 hint;		/* enum hint_kind */
+};
+
+static const struct scenario scenarios[] = {
+	{ "random", "\"random\"", FL_RANDOM, HINT_NONE },
+	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE },
+	{ "power-of-n", "{\"algorithm\":\"power-of-n\",\"sample_count\":2}",
+	    FL_PON, HINT_NONE },
+	{ "wait-and-widen",
+	    "{\"algorithm\":\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_virtual_nodes\":150}", FL_WAW, HINT_NONE },
+	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE },
+	{ "pulsar-wait-and-widen",
+	    "{\"algorithm\":\"pulsar-wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
+	    HINT_NONE },
+	/* Session routing (issue 3): flag on, new and returning sessions. */
+	{ "waw-session-new",
+	    "{\"algorithm\":\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_virtual_nodes\":150,"
+	    "\"cache_affinity_wait_ms\":300,"
+	    "\"cache_affinity_input_tokens_scale\":0.1,"
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE },
+	{ "waw-session-returning",
+	    "{\"algorithm\":\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_virtual_nodes\":150,"
+	    "\"cache_affinity_wait_ms\":300,"
+	    "\"cache_affinity_input_tokens_scale\":0.1,"
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER },
+	{ "pwaw-session-returning",
+	    "{\"algorithm\":\"pulsar-wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_wait_ms\":300,"
+	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER },
+};
+#define NSCEN	(sizeof scenarios / sizeof scenarios[0])
+
+/* --- options ----------------------------------------------------------------- */
+
+struct opts {
+	unsigned long	 iterations;
+	unsigned long	 warmup;
+	size_t		 cand[MAX_NCAND];
+	size_t		 ncand;
+	size_t		 keys;
+	unsigned	 runs;
+	const char	*csv;
+	const char	*only;		/* scenario name filter or NULL */
+};
+
+static void
+usage(FILE *fp)
+{
+	fprintf(fp,
+	    "usage: sg-bench decide [--iterations N] [--warmup N] "
+	    "[--candidates N,N,...]\n"
+	    "                       [--keys N] [--runs R] [--csv FILE] "
+	    "[--scenario NAME]\n"
+	    "  --iterations N    timed decisions per run (default 200000)\n"
+	    "  --warmup N        untimed decisions before each run "
+	    "(default 20000)\n"
+	    "  --candidates L    candidate counts (default 8,64,256)\n"
+	    "  --keys N          rotating cache keys and request ids "
+	    "(default 1024)\n"
+	    "  --runs R          runs per cell; the median is reported "
+	    "(default 5)\n"
+	    "  --csv FILE        also write the table as CSV\n"
+	    "  --scenario NAME   only this scenario\n");
+}
+
+static int
+parse_ulong(const char *s, unsigned long min, unsigned long max,
+    unsigned long *out)
+{
+	uint64_t v;
+
+	if (sg_parse_u64(s, strlen(s), max, &v) != 0 || v < min)
+		return -1;
+	*out = (unsigned long)v;
+	return 0;
+}
+
+static int
+parse_cands(const char *s, struct opts *o)
+{
+	char buf[256], *tok, *save = NULL;
+	unsigned long v;
+
+	if (strlen(s) >= sizeof buf)
+		return -1;
+	strcpy(buf, s);
+	o->ncand = 0;
+	for (tok = strtok_r(buf, ",", &save); tok != NULL;
+	    tok = strtok_r(NULL, ",", &save)) {
+		if (o->ncand == MAX_NCAND ||
+		    parse_ulong(tok, 1, SG_MAX_CANDIDATES, &v) != 0)
+			return -1;
+		o->cand[o->ncand++] = v;
+	}
+	return o->ncand > 0 ? 0 : -1;
+}
+
+/* --- the benchmark world ----------------------------------------------------- */
+
+struct world {
+	sg_lbconf	*conf;
+	sg_router	*rt;
+	sg_snapshot	*snap;
+	size_t		 n;
+	size_t		 nreq;
+	sg_request	*req;
+	char		(*keys)[32];
+	char		(*rids)[32];
+	/* floor state */
+	const sg_algdef	*def;
+	uint64_t	*ring;		/* sorted entry hashes */
+	uint32_t	*ring_idx;
+	size_t		 nring;
+	size_t		*order;
+	double		*score;
+	uint64_t	 rr;
+};
+
+/*
+ * A deterministic, realistic snapshot: 32-slot engines, about a third of
+ * them full with a queue behind, throughput 8k..14k tokens/s, rtt 1..13 ms.
+ */
+static int
+build_snapshot(sg_snapshot *s, size_t n)
+{
+	sg_error err;
+	size_t i;
+
+	sg_snapshot_clear(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c;
+		char id[64];
+		uint64_t run;
+
+		snprintf(id, sizeof id, "region-%02zu-cluster-%03zu", i % 7, i);
+		if (sg_cluster_init(&c, id, strlen(id)) != 0)
+			return -1;
+		c.rtt_ms = (double)(1 + (i * 5) % 13);
+		c.last_mean_input_tps = 8000.0 + 1000.0 * (double)(i % 7);
+		c.max_input_tps = c.last_mean_input_tps * 1.5;
+		c.max_engine_concurrency = 32;
+		run = (i * 11) % 45;
+		c.running = run;
+		c.queued = run > 32 ? run - 32 : 0;
+		c.queued_input_tokens = c.queued * 1800 + (i % 3) * 500;
+		c.total_input_tokens = c.queued_input_tokens + run * 1500;
+		c.kv_capacity_tokens = 1000000;
+		c.kv_used_tokens = run * 20000;
+		c.kv_free_tokens = c.kv_capacity_tokens - c.kv_used_tokens;
+		if (sg_snapshot_add(s, &c, &err) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+world_init(struct world *w, const struct scenario *sc, size_t n, size_t nreq)
+{
+	char cfg[1024];
+	sg_error err;
+	size_t j;
+
+	memset(w, 0, sizeof *w);
+	snprintf(cfg, sizeof cfg, "{\"default\":\"power-of-n\","
+	    "\"models\":{\"" MODEL "\":%s}}", sc->algo);
+	if (sg_lbconf_parse(&w->conf, cfg, strlen(cfg), "bench", &err) != 0) {
+		fprintf(stderr, "sg-bench: %s: %s\n", sc->name, err.text);
+		return -1;
+	}
+	if (sg_router_new(&w->rt, w->conf, 42, &err) != 0) {
+		fprintf(stderr, "sg-bench: router: %s\n", err.text);
+		return -1;
+	}
+	if (sg_lbconf_resolve(w->conf, MODEL, NULL, false, &w->def, &err) != 0)
+		return -1;
+	w->snap = sg_snapshot_new();
+	w->n = n;
+	w->nreq = nreq;
+	w->req = calloc(nreq, sizeof *w->req);
+	w->keys = calloc(nreq, sizeof *w->keys);
+	w->rids = calloc(nreq, sizeof *w->rids);
+	w->order = calloc(n, sizeof *w->order);
+	w->score = calloc(n, sizeof *w->score);
+	if (w->snap == NULL || w->req == NULL || w->keys == NULL ||
+	    w->rids == NULL || w->order == NULL || w->score == NULL ||
+	    build_snapshot(w->snap, n) != 0)
+		return -1;
+	for (j = 0; j < nreq; j++) {
+		sg_request *r = &w->req[j];
+
+		snprintf(w->keys[j], sizeof w->keys[j], "session-%08zx",
+		    j * 2654435761u);
+		snprintf(w->rids[j], sizeof w->rids[j], "req-%zu", j);
+		sg_request_init(r);
+		r->request_id = w->rids[j];
+		r->model = MODEL;
+		r->routing_key = "tenant-a";
+		r->cache_affinity_key = w->keys[j];
+		r->input_tokens = TOKENS;
+		if (sc->hint == HINT_OTHER)
+			r->last_cluster_id = sg_snapshot_get(w->snap,
+			    (j * 31 + 1) % n)->id;
+	}
+	return 0;
+}
+
+static void
+world_free(struct world *w)
+{
+	size_t j;
+
+	if (w->req != NULL)
+		for (j = 0; j < w->nreq; j++)
+			sg_request_release(&w->req[j]);
+	free(w->req);
+	free(w->keys);
+	free(w->rids);
+	free(w->ring);
+	free(w->ring_idx);
+	free(w->order);
+	free(w->score);
+	sg_snapshot_free(w->snap);
+	sg_router_free(w->rt);
+	sg_lbconf_free(w->conf);
+}
+
+/* --- floors ------------------------------------------------------------------- */
+
+static int
+ring_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The w-a-w ring, built once outside the timed loop (the floor assumes a
+ * cached ring).  Entries pack (hash, index) sorted by hash.
+ */
+static int
+build_ring(struct world *w)
+{
+	unsigned V = w->def->virtual_nodes ? w->def->virtual_nodes : 150;
+	sgi_hashbuf prefix;
+	uint64_t *pairs;
+	size_t i, v, k = 0;
+
+	w->nring = w->n * V;
+	pairs = calloc(w->nring * 2, sizeof *pairs);
+	w->ring = calloc(w->nring, sizeof *w->ring);
+	w->ring_idx = calloc(w->nring, sizeof *w->ring_idx);
+	if (pairs == NULL || w->ring == NULL || w->ring_idx == NULL) {
+		free(pairs);
+		return -1;
+	}
+	sgi_ring_prefix(&prefix, w->def, &w->req[0]);
+	for (i = 0; i < w->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(w->snap, i);
+
+		for (v = 0; v < V; v++) {
+			pairs[2 * k] = sgi_ring_entry_hash(&prefix, c->id,
+			    c->id_len, v);
+			pairs[2 * k + 1] = i;
+			k++;
+		}
+	}
+	qsort(pairs, w->nring, 2 * sizeof *pairs, ring_cmp);
+	for (k = 0; k < w->nring; k++) {
+		w->ring[k] = pairs[2 * k];
+		w->ring_idx[k] = (uint32_t)pairs[2 * k + 1];
+	}
+	free(pairs);
+	return 0;
+}
+
+/* Ring lookup: key hash, lower_bound, walk to K distinct clusters. */
+static size_t
+floor_ring(struct world *w, const sg_request *r, size_t *group, size_t K)
+{
+	sgi_hashbuf prefix;
+	size_t lo = 0, hi = w->nring, got = 0, i, j, steps;
+	uint64_t h;
+
+	sgi_ring_prefix(&prefix, w->def, r);
+	h = sgi_ring_key_hash(&prefix, r->cache_affinity_key,
+	    strlen(r->cache_affinity_key));
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (w->ring[mid] < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (steps = 0; got < K && steps < w->nring; steps++) {
+		uint32_t c = w->ring_idx[(lo + steps) % w->nring];
+
+		for (j = 0; j < got && group[j] != c; j++)
+			;
+		if (j == got)
+			group[got++] = c;
+	}
+	i = got;
+	return i;
+}
+
+/* Core selection's unavoidable part over a set: TTFT, bucket span, n=2. */
+static size_t
+floor_core(struct world *w, const sg_request *r, const size_t *set,
+    size_t nset, sgi_rng *g)
+{
+	double lo = INFINITY, hi = -INFINITY, best = INFINITY;
+	size_t i, pick = 0, s;
+
+	for (i = 0; i < nset; i++) {
+		const sg_cluster *c = sg_snapshot_get(w->snap, set[i]);
+		double t = sgi_ttft_ms(c, r->input_tokens, r->priority, 1.0,
+		    false, false);
+
+		w->score[i] = sgi_has_capacity(c, 0) ? t : INFINITY;
+		if (t < lo)
+			lo = t;
+		if (t > hi)
+			hi = t;
+	}
+	for (s = 0; s < 2 && nset > 0; s++) {
+		i = (size_t)sgi_rng_below(g, nset);
+		if (w->score[i] < best) {
+			best = w->score[i];
+			pick = set[i];
+		}
+	}
+	return pick + (hi - lo > 20 ? 1 : 0);
+}
+
+static size_t
+floor_pulsar_scores(struct world *w, const sg_request *r)
+{
+	sgi_hashbuf prefix;
+	size_t i, nr = 0;
+
+	sgi_pulsar_prefix(&prefix, w->def, r);
+	for (i = 0; i < w->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(w->snap, i);
+		double wt;
+
+		w->score[i] = -1;
+		if (sgi_pulsar_weight(w->def, c, &wt) &&
+		    sgi_pulsar_score(sgi_pulsar_hash(&prefix, c->id,
+		    c->id_len), wt, &w->score[i]))
+			w->order[nr++] = i;
+	}
+	return nr;
+}
+
+static int
+score_desc(const void *a, const void *b, void *arg)
+{
+	const double *s = arg;
+	double x = s[*(const size_t *)a], y = s[*(const size_t *)b];
+
+	return (x < y) - (x > y);
+}
+
+/* One floor "decision"; returns something derived so it is not elided. */
+static size_t
+floor_once(struct world *w, const struct scenario *sc, sg_request *r)
+{
+	size_t group[8], i, best = 0, nr;
+	const sg_cluster *c;
+	sgi_rng g;
+	double bs = -1;
+
+	switch (sc->floor) {
+	case FL_RANDOM:
+		sgi_rng_seed(&g, 42, w->def, r);
+		return (size_t)sgi_rng_below(&g, w->n);
+	case FL_RR:
+		c = sg_snapshot_get(w->snap, (size_t)(w->rr++ % w->n));
+		return c->id_len;
+	case FL_PON:
+		sgi_rng_seed(&g, 42, w->def, r);
+		group[0] = (size_t)sgi_rng_below(&g, w->n);
+		group[1] = (size_t)sgi_rng_below(&g, w->n - 1);
+		if (group[1] >= group[0])
+			group[1]++;
+		return sgi_comparator_ms(sg_snapshot_get(w->snap, group[0]),
+		    r->input_tokens, r->priority, 1.0) <=
+		    sgi_comparator_ms(sg_snapshot_get(w->snap, group[1]),
+		    r->input_tokens, r->priority, 1.0) ? group[0] : group[1];
+	case FL_WAW:
+		/* ring lookup + walk, then the scan and bucket walk of all */
+		sgi_rng_seed(&g, 42, w->def, r);
+		nr = floor_ring(w, r, group, 2);
+		for (i = 0; i < w->n; i++)
+			w->order[i] = i;
+		return nr + floor_core(w, r, w->order, w->n, &g);
+	case FL_PULSAR:
+		floor_pulsar_scores(w, r);
+		for (i = 0; i < w->n; i++)
+			if (w->score[i] > bs) {
+				bs = w->score[i];
+				best = i;
+			}
+		return best;
+	case FL_PWAW:
+	default:
+		/* N hashes + full ranking, then core selection over rank 1..k */
+		sgi_rng_seed(&g, 42, w->def, r);
+		nr = floor_pulsar_scores(w, r);
+		if (nr <= 32) {
+			size_t j, t;
+
+			for (i = 1; i < nr; i++) {
+				t = w->order[i];
+				for (j = i; j > 0 &&
+				    w->score[w->order[j - 1]] < w->score[t]; j--)
+					w->order[j] = w->order[j - 1];
+				w->order[j] = t;
+			}
+		} else
+			qsort_r(w->order, nr, sizeof *w->order, score_desc,
+			    w->score);
+		return floor_core(w, r, w->order, nr < 2 ? nr : 2, &g);
+	}
+}
+
+/* --- measurement --------------------------------------------------------------- */
+
+static int
+dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+struct tally {
+	unsigned long	select, wait, reject, fail;
+};
+
+static volatile size_t	sink;
+
+static int
+decide_once(struct world *w, size_t j, struct tally *t)
+{
+	sg_request *r = &w->req[j];
+	sg_decision d;
+	sg_error err;
+	int rc;
+
+	r->session_state = SG_SESSION_UNCLASSIFIED;
+	r->session_promoted = false;
+	rc = sg_router_decide(w->rt, w->snap, r, 0, &d, &err);
+	if (rc != 0) {
+		if (t != NULL)
+			t->fail++;
+		return rc;
+	}
+	if (t != NULL) {
+		if (d.kind == SG_DECIDE_SELECT)
+			t->select++;
+		else if (d.kind == SG_DECIDE_WAIT)
+			t->wait++;
+		else
+			t->reject++;
+	}
+	sink += d.index;
+	return 0;
+}
+
+/*
+ * One run: warm-up, then iterations in batches; fills p50/p99 (ns per
+ * decision) of the batch means.
+ */
+static void
+run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
+    bool floor, double *samples, double *p50, double *p99)
+{
+	unsigned long nb = o->iterations / BATCH, b, i, k = 0;
+	size_t mask = w->nreq;
+
+	for (i = 0; i < o->warmup; i++, k++) {
+		if (floor)
+			sink += floor_once(w, sc, &w->req[k % mask]);
+		else
+			(void)decide_once(w, k % mask, NULL);
+	}
+	for (b = 0; b < nb; b++) {
+		double t0 = now_ns(), t1;
+
+		if (floor)
+			for (i = 0; i < BATCH; i++, k++)
+				sink += floor_once(w, sc, &w->req[k % mask]);
+		else
+			for (i = 0; i < BATCH; i++, k++)
+				(void)decide_once(w, k % mask, NULL);
+		t1 = now_ns();
+		samples[b] = (t1 - t0) / BATCH;
+	}
+	qsort(samples, nb, sizeof *samples, dbl_cmp);
+	*p50 = samples[nb / 2];
+	*p99 = samples[(size_t)((double)(nb - 1) * 0.99)];
+}
+
+static double
+median(double *v, size_t n)
+{
+	qsort(v, n, sizeof *v, dbl_cmp);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct row {
+	const char	*scenario;
+	size_t		 n;
+	double		 p50, p99, floor50, ratio, allocs;
+	double		 sel, wait, rej;
+};
+
+static int
+measure(const struct scenario *sc, size_t n, const struct opts *o,
+    struct row *row)
+{
+	struct world w;
+	struct tally t = { 0, 0, 0, 0 };
+	unsigned long nb = o->iterations / BATCH, k;
+	double *samples = NULL, p50s[64], p99s[64], f50s[64], p, q;
+	unsigned run;
+	int rc = -1;
+
+	if (world_init(&w, sc, n, o->keys) != 0)
+		goto out;
+	if ((sc->floor == FL_WAW) && build_ring(&w) != 0)
+		goto out;
+	samples = calloc(nb, sizeof *samples);
+	if (samples == NULL)
+		goto out;
+	/* classify outcomes once (not timed) */
+	for (k = 0; k < w.nreq; k++)
+		(void)decide_once(&w, k, &t);
+	if (t.fail > 0) {
+		fprintf(stderr, "sg-bench: %s at %zu candidates: decisions "
+		    "failed\n", sc->name, n);
+		goto out;
+	}
+	for (run = 0; run < o->runs; run++) {
+		/* interleave decision and floor runs */
+		run_cell(&w, sc, o, false, samples, &p, &q);
+		p50s[run] = p;
+		p99s[run] = q;
+		run_cell(&w, sc, o, true, samples, &p, &q);
+		f50s[run] = p;
+	}
+	/* steady-state allocations per decision */
+	nallocs = 0;
+	count_allocs = 1;
+	for (k = 0; k < o->iterations; k++)
+		(void)decide_once(&w, k % w.nreq, NULL);
+	count_allocs = 0;
+
+	row->scenario = sc->name;
+	row->n = n;
+	row->p50 = median(p50s, o->runs);
+	row->p99 = median(p99s, o->runs);
+	row->floor50 = median(f50s, o->runs);
+	row->ratio = row->p50 / row->floor50;
+	row->allocs = (double)nallocs / (double)o->iterations;
+	row->sel = 100.0 * (double)t.select / (double)w.nreq;
+	row->wait = 100.0 * (double)t.wait / (double)w.nreq;
+	row->rej = 100.0 * (double)t.reject / (double)w.nreq;
+	rc = 0;
+out:
+	free(samples);
+	world_free(&w);
+	return rc;
+}
+
+int
+bench_decide_main(int argc, char *argv[])
+{
+	static const struct option longopts[] = {
+		{ "iterations", required_argument, NULL, 'i' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "candidates", required_argument, NULL, 'c' },
+		{ "keys", required_argument, NULL, 'k' },
+		{ "runs", required_argument, NULL, 'r' },
+		{ "csv", required_argument, NULL, 'o' },
+		{ "scenario", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = {
+		.iterations = 200000, .warmup = 20000,
+		.cand = { 8, 64, 256 }, .ncand = 3, .keys = 1024, .runs = 5,
+	};
+	unsigned long v;
+	FILE *csv = NULL;
+	size_t s, c;
+	int ch, rc = EX_OK;
+
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'i':
+			if (parse_ulong(optarg, BATCH, 100000000, &v) != 0)
+				goto bad;
+			o.iterations = v;
+			break;
+		case 'w':
+			if (parse_ulong(optarg, 0, 100000000, &v) != 0)
+				goto bad;
+			o.warmup = v;
+			break;
+		case 'c':
+			if (parse_cands(optarg, &o) != 0)
+				goto bad;
+			break;
+		case 'k':
+			if (parse_ulong(optarg, 1, 1 << 20, &v) != 0)
+				goto bad;
+			o.keys = v;
+			break;
+		case 'r':
+			if (parse_ulong(optarg, 1, 64, &v) != 0)
+				goto bad;
+			o.runs = (unsigned)v;
+			break;
+		case 'o':
+			o.csv = optarg;
+			break;
+		case 's':
+			o.only = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return EX_OK;
+		default:
+			usage(stderr);
+			return EX_USAGE;
+		}
+	}
+	if (optind != argc)
+		goto bad;
+	if (o.csv != NULL && (csv = fopen(o.csv, "w")) == NULL) {
+		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
+		return EX_CANTCREAT;
+	}
+	if (csv != NULL)
+		fprintf(csv, "scenario,candidates,p50_ns,p99_ns,floor_p50_ns,"
+		    "ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,"
+		    "reject_pct,iterations,runs,batch\n");
+	printf("%-24s %5s %10s %10s %10s %7s %8s  %s\n", "scenario", "N",
+	    "p50(ns)", "p99(ns)", "floor(ns)", "ratio", "allocs",
+	    "select/wait/reject %");
+	for (s = 0; s < NSCEN; s++) {
+		if (o.only != NULL && strcmp(o.only, scenarios[s].name) != 0)
+			continue;
+		for (c = 0; c < o.ncand; c++) {
+			struct row row;
+
+			if (measure(&scenarios[s], o.cand[c], &o, &row) != 0) {
+				rc = EX_SOFTWARE;
+				continue;
+			}
+			printf("%-24s %5zu %10.1f %10.1f %10.1f %7.2f %8.3f"
+			    "  %.0f/%.0f/%.0f\n", row.scenario, row.n,
+			    row.p50, row.p99, row.floor50, row.ratio,
+			    row.allocs, row.sel, row.wait, row.rej);
+			fflush(stdout);
+			if (csv != NULL)
+				fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.3f,%.4f,"
+				    "%.1f,%.1f,%.1f,%lu,%u,%d\n", row.scenario,
+				    row.n, row.p50, row.p99, row.floor50,
+				    row.ratio, row.allocs, row.sel, row.wait,
+				    row.rej, o.iterations, o.runs, BATCH);
+		}
+	}
+	if (csv != NULL && fclose(csv) != 0) {
+		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
+		return EX_IOERR;
+	}
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return EX_IOERR;
+	return rc;
+bad:
+	usage(stderr);
+	return EX_USAGE;
+}
