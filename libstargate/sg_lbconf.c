@@ -945,13 +945,14 @@ sg_lbconf_load(sg_lbconf **out, const char *path, sg_error *err)
 			size_t ncap = cap != 0 ? 2 * cap : 8192;
 			char *nb;
 
-			if (cap >= LB_MAX_FILE) {
+			/* one byte over the limit tells "too big" from "full" */
+			if (cap > LB_MAX_FILE) {
 				rc = sg_seterr(err, SG_ECONFIG, "%s: larger than "
 				    "%u bytes", path, LB_MAX_FILE);
 				goto out;
 			}
-			if (ncap > LB_MAX_FILE)
-				ncap = LB_MAX_FILE;
+			if (ncap > LB_MAX_FILE + 1)
+				ncap = LB_MAX_FILE + 1;
 			if ((nb = realloc(buf, ncap)) == NULL) {
 				rc = sg_seterr(err, SG_ENOMEM, "%s: out of "
 				    "memory", path);
