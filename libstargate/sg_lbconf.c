@@ -553,6 +553,12 @@ set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
 		break;
 	}
 	case FI_VNODES:
+		/* Bounded like the upstream expression range: the ring holds
+		 * V entries per candidate and is rebuilt per decision. */
+		if (full && u > 1024)
+			return cerr(p, loc, "cache_affinity_virtual_nodes must "
+			    "be between 0 and 1024, got %llu",
+			    (unsigned long long)u);
 		d->virtual_nodes = u == 0 ? 1 : (unsigned)u;
 		break;
 	case FI_SELECTION:

@@ -409,6 +409,22 @@ test_sample_count_range_1_to_64(void **state)
 }
 
 static void
+test_virtual_nodes_bounded_at_1024(void **state)
+{
+	sg_lbconf *c;
+
+	(void)state;
+	model_fails("{\"algorithm\": \"wait-and-widen\", "
+	    "\"cache_affinity_virtual_nodes\": 1025}",
+	    "cache_affinity_virtual_nodes must be between 0 and 1024, got 1025",
+	    NULL);
+	c = model_conf("{\"algorithm\": \"wait-and-widen\", "
+	    "\"cache_affinity_virtual_nodes\": 1024}");
+	assert_int_equal(resolve_ok(c, "m1", NULL)->virtual_nodes, 1024);
+	sg_lbconf_free(c);
+}
+
+static void
 test_comparator_values(void **state)
 {
 	static const struct {
@@ -1713,6 +1729,7 @@ main(void)
 		cmocka_unit_test(test_pulsar_rejects_wait_and_widen_fields),
 		cmocka_unit_test(test_rendezvous_weight_rejected_for_wait_and_widen),
 		cmocka_unit_test(test_sample_count_range_1_to_64),
+		cmocka_unit_test(test_virtual_nodes_bounded_at_1024),
 		cmocka_unit_test(test_comparator_values),
 		cmocka_unit_test(test_comparator_null_rejected),
 		cmocka_unit_test(test_comparator_unknown_rejected),
