@@ -79,7 +79,10 @@ typedef struct sg_lbconf sg_lbconf;
  * rule and message of ref §3.2–§3.4, plus last_cluster_affinity (accepted for
  * wait-and-widen and pulsar-wait-and-widen only; elsewhere
  * "<alg> config does not support field(s): last_cluster_affinity").
- * Routing expressions are out of scope.  Returns 0 or SG_ECONFIG.
+ * Routing expressions are out of scope.  Returns 0, SG_ECONFIG (every
+ * problem with the file or its content, including a file that cannot be
+ * opened or read), SG_ENOMEM, or SG_EINVAL for a NULL text with a length.
+ * Messages start with the source and the location in the file.
  */
 int	sg_lbconf_parse(sg_lbconf **out, const char *text, size_t len,
 	    const char *source, sg_error *err);
