@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# tools/demo.sh — the main job (`make demo`): a narrated sg-route session over
+# the bundled example fleet in tools/demo/ that shows how Stargate places new
+# and returning chat sessions (SPEC.md §4, proposal.md).
+#
+# The fleet: three clusters serving llama-3-70b for routing key "acme".  The
+# session's cache affinity key "chat-16" ranks us-east first, us-west second
+# and eu-central (80 ms away) third, both in the pulsar ranking and on the
+# wait-and-widen ring: the key was chosen by computing the orders, and the
+# demo prints the order sg-route --explain reports, so nothing is assumed.
+#
+# O names the build directory (binaries in $O/bin).  Needs jq.  Exits 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+O=${O:-build}
+ROUTE=$O/bin/sg-route
+D=tools/demo
+
+if [ ! -x "$ROUTE" ]; then
+	echo "demo: $ROUTE is not built; run make first" >&2
+	exit 1
+fi
+command -v jq >/dev/null || { echo "demo: needs jq" >&2; exit 1; }
+
+FLAG_ON=$D/lb-config.json
+FLAG_OFF=$D/lb-config-flag-off.json
+
+# --- presentation ----------------------------------------------------------
+
+bold=$(tput bold 2>/dev/null || true)
+plain=$(tput sgr0 2>/dev/null || true)
+[ -t 1 ] || { bold=; plain=; }
+
+act() { printf '\n%s== %s ==%s\n\n' "$bold" "$*" "$plain"; }
+say() { printf '%s\n' "$*" | fold -s -w 78; }
+cmd() { printf '  $ %s\n' "$*"; }
+
+# One line per decision.
+JQ_DECISION='
+def pad($n): tostring | if length < $n then . + (" " * ($n - length)) else . end;
+"    " + (.request_id | pad(7)) + " at " + ((.elapsed_ms | tostring) + " ms" | pad(7)) + "  "
++ (if .decision == "select" then
+     ("select " + .cluster_id | pad(18)) + "rank " + (.rank_depth | tostring)
+     + (if .phase then " (" + .phase + " phase)" else "" end)
+   elif .decision == "wait" then
+     "wait, decide again at " + (.recheck_at_ms | tostring) + " ms"
+   else "reject " + (.status | tostring) + " " + .code end)
++ (if .session_state then
+     "   [" + .session_state
+     + (if .promoted then ", promoted" else "" end)
+     + (if .selection then ", " + .selection else "" end) + "]"
+   else "" end)'
+
+decisions() { jq -r "$JQ_DECISION"; }
+
+# The fleet as a table.
+fleet() {
+	jq -r '
+	def pad($n): tostring | if length < $n then . + (" " * ($n - length)) else . end;
+	"    cluster     slots   queued  rtt",
+	(.clusters[] | "    " + (.id | pad(11)) + " "
+	  + ((.running | tostring) + "/" + (.max_engine_concurrency | tostring) | pad(7)) + " "
+	  + (.queued | pad(7)) + " " + (.rtt_ms | tostring) + " ms"
+	  + (if .running >= .max_engine_concurrency then "   <- full" else "" end))' "$1"
+}
+
+# route CONFIG SNAPSHOT [sg-route options] < request
+route() {
+	local conf=$1 snap=$2
+	shift 2
+	"$ROUTE" -c "$conf" -s "$snap" "$@"
+}
+
+# --- the session -------------------------------------------------------------
+
+act "Stargate demo: where does a chat request go?"
+say "sg-route runs the same decision engine as the proxy on a snapshot of the \
+fleet and one request, and prints the decision as JSON.  The model \
+llama-3-70b uses pulsar-wait-and-widen: rank 1 of the session's ranking \
+first, wait up to 300 ms (cache_affinity_wait_ms) for it, then widen.  With \
+last_cluster_affinity on, a session that has been here before (the gateway \
+sends x-stargate-last-cluster-id) goes back to the cluster holding its KV \
+cache; a new session has no cache anywhere, so it does not wait."
+echo
+order=$(route "$FLAG_ON" "$D/fleet-east-drained.json" --explain "$D/session-first.json" |
+	jq -r '.explain.original_order | join(" > ")')
+say "The session (cache affinity key chat-16) ranks the clusters:"
+printf '    %s\n' "$order"
+
+act "1. A new session, and its rank-1 cluster is full"
+fleet "$D/fleet-east-full.json"
+echo
+cmd "sg-route -c $FLAG_ON -s $D/fleet-east-full.json $D/session-first.json"
+route "$FLAG_ON" "$D/fleet-east-full.json" "$D/session-first.json" | decisions
+echo
+say "No last cluster, so the session is new: it overflows to the best cluster \
+that is free now, at 0 ms, without holding for us-east."
+
+act "2. The same request with last_cluster_affinity off"
+cmd "sg-route -c $FLAG_OFF -s $D/fleet-east-full.json --until-decided $D/session-first.json"
+route "$FLAG_OFF" "$D/fleet-east-full.json" --until-decided "$D/session-first.json" | decisions
+echo
+say "Without the session rules every request holds 300 ms for its rank-1 \
+cluster, although a new session gains nothing from waiting."
+
+act "3. us-east drains; the session's next turn names its last cluster"
+fleet "$D/fleet-east-drained.json"
+echo
+cmd "sg-route -c $FLAG_ON -s $D/fleet-east-drained.json $D/session-next.json"
+route "$FLAG_ON" "$D/fleet-east-drained.json" "$D/session-next.json" | decisions
+cmd "sg-route -c $FLAG_OFF -s $D/fleet-east-drained.json $D/session-next.json"
+route "$FLAG_OFF" "$D/fleet-east-drained.json" "$D/session-next.json" | decisions
+echo
+say "With the flag on, us-west is promoted to the front of the session's \
+order and the turn stays with its KV cache.  With the flag off the turn goes \
+back to us-east, where the cache is cold: cache thrash."
+
+act "4. Ten more turns, both algorithms, flag on and off (one NDJSON stream each)"
+stream() {
+	printf '{"snapshot": %s}\n' "$(jq -c . "$D/fleet-east-drained.json")"
+	for i in $(seq 3 12); do
+		jq -c --arg id "req-$i" --arg m "$1" \
+		    '{request: (.request_id = $id | if $m == "" then . else .routing_method = $m end)}' \
+		    "$D/session-next.json"
+	done
+}
+say "Each stream is the drained fleet, then req-3 .. req-12 with last cluster \
+us-west (routing_method picks the algorithm):"
+cmd "sg-route -c lb-config.json --ndjson turns.ndjson | jq -r .cluster_id | sort | uniq -c"
+for alg in pulsar-wait-and-widen wait-and-widen; do
+	m=$([ "$alg" = wait-and-widen ] && echo wait-and-widen || true)
+	for conf in "$FLAG_ON" "$FLAG_OFF"; do
+		flag=$([ "$conf" = "$FLAG_ON" ] && echo on || echo off)
+		tally=$(stream "$m" | "$ROUTE" -c "$conf" --ndjson |
+			jq -rs 'group_by(.cluster_id) | map("\(length) to \(.[0].cluster_id)") | join(", ")')
+		printf '    %-22s flag %-4s %s\n' "$alg" "$flag" "$tally"
+	done
+done
+
+act "5. The last cluster is busy: a returning session waits for it"
+fleet "$D/fleet-west-full.json"
+echo
+say "us-west is full and us-east is free.  The request waits for us-west (up \
+to 300 ms).  Here a slot on us-west frees at 120 ms:"
+cmd "sg-route -c $FLAG_ON --ndjson   # snapshot, request at 0 ms, new snapshot, request at 120 ms"
+{
+	printf '{"snapshot": %s}\n' "$(jq -c . "$D/fleet-west-full.json")"
+	jq -c '{request: .}' "$D/session-next.json"
+	printf '{"snapshot": %s}\n' "$(jq -c . "$D/fleet-west-frees.json")"
+	jq -c '{request: (.elapsed_ms = 120)}' "$D/session-next.json"
+} | "$ROUTE" -c "$FLAG_ON" --ndjson | decisions
+echo
+say "If us-west never frees, the request widens after 300 ms:"
+cmd "sg-route -c $FLAG_ON -s $D/fleet-west-full.json --until-decided $D/session-next.json"
+route "$FLAG_ON" "$D/fleet-west-full.json" --until-decided "$D/session-next.json" | decisions
+
+act "6. Why: sg-route --explain"
+cmd "sg-route -c $FLAG_ON -s $D/fleet-east-drained.json --explain $D/session-next.json"
+route "$FLAG_ON" "$D/fleet-east-drained.json" --explain "$D/session-next.json" | jq -r '
+def pad($n): tostring | if length < $n then . + (" " * ($n - length)) else . end;
+def num: if . == null then "inf" else (. * 10 | round / 10 | tostring) end;
+.explain as $e
+| "    session " + $e.session.state + ", last cluster " + $e.session.last_cluster_id
+  + (if $e.session.promoted then " (promoted)" else "" end),
+  "    affinity wait X = \($e.x_ms) ms, prefill scale s = \($e.scale)",
+  "    original order:  " + ($e.original_order | join(" > ")),
+  "    effective order: " + ($e.effective_order | join(" > ")),
+  "    affinity group:  " + ($e.affinity_group | join(", ")),
+  "",
+  "    cluster     rank  queue_ms  prefill_ms  ttft_ms  capacity",
+  ($e.candidates | sort_by(.affinity_rank)[]
+   | "    " + (.cluster_id | pad(11)) + " " + (.affinity_rank | pad(5)) + " "
+     + (.queue_ms | num | pad(9)) + " " + (.prefill_ms | num | pad(11)) + " "
+     + (.ttft_ms | num | pad(8)) + " " + (if .has_capacity then "yes" else "no" end)),
+  "",
+  "    -> " + .decision + " " + (.cluster_id // "") + " (" + (.selection // "") + ")"'
+echo
+say "The discount s applies inside the affinity group only: us-west prefills \
+2400 tokens at 10% (12 ms) because its cache is warm."
+
+act "Try it"
+say "Every step above is one sg-route call over files in tools/demo/; see \
+sg-route(1) and README.md.  For example:"
+cmd "$ROUTE -c $FLAG_ON -s $D/fleet-east-full.json --explain $D/session-first.json | jq .explain"
+echo
