@@ -115,9 +115,8 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
 	if (d->algorithm == SG_ALG_WAIT_AND_WIDEN && d->selection_count > 0 &&
 	    n > 0) {
 		V = d->virtual_nodes > 0 ? d->virtual_nodes : 1;
-		/* rings past this are computed without caching (sg_waw.c) */
-		if (V <= ((size_t)1 << 22) / n)
-			ring = (size_t)V * n;
+		/* sgi_scratch_reserve decides what is worth caching */
+		ring = V <= SIZE_MAX / n ? (size_t)V * n : SIZE_MAX;
 	}
 	if (sgi_scratch_reserve(s, n, ring) != 0)
 		return sg_seterr(err, SG_ENOMEM, "router: out of memory");

@@ -46,7 +46,7 @@
  * entries, candidates.
  */
 #define RING_META	4
-#define RING_MAX	(1u << 22)	/* entries worth caching (48 MiB) */
+#define RING_MAX	((size_t)1 << 20) /* entries worth caching (12 MiB) */
 
 enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
 
@@ -135,7 +135,8 @@ grow(void **p, size_t n, size_t size)
 
 /*
  * Grow the per-candidate arrays to n and the ring arrays to ring_entries
- * (plus the ring-cache header, reset).  Capacities change only when every
+ * (plus the ring-cache header, reset); rings larger than RING_MAX are never
+ * cached, so they reserve nothing.  Capacities change only when every
  * array of the group has grown, so a failure leaves a usable scratch.
  */
 int
@@ -157,6 +158,8 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
 			return SG_ENOMEM;
 		s->cap = cap;
 	}
+	if (ring_entries > RING_MAX)
+		ring_entries = 0;	/* computed without the cache */
 	if (ring_entries > s->ring_cap) {
 		cap = s->ring_cap != 0 ? s->ring_cap : 64;
 		while (cap < ring_entries)

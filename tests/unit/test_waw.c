@@ -1,0 +1,745 @@
+/*
+ * test_waw.c — wait-and-widen (ref §4.5): the worked checks of §4.5.2 and
+ * §4.5.4, bucket unlocking and its budget, ties by cluster id, exclusions,
+ * the queue SLO, the affinity ring, through the real router.
+ */
+#include "sg_test.h"
+
+#include "sg_waw_fixture.h"
+
+#define WAW	"{\"default\":\"wait-and-widen\"}"
+
+/* ref §4.5.2: 3 full fast clusters at 205 ms and one idle slow at 805 ms. */
+static sg_snapshot *
+fast_and_slow(bool slow_full)
+{
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+
+	c = fx_cluster("fast-1", 5, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("fast-2", 5, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("fast-3", 5, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("slow", 5, 1, slow_full ? 1 : 0, 250);
+	fx_add(s, &c);
+	return s;
+}
+
+static void
+test_worked_check_fast_full_slow_idle(void **state)
+{
+	sg_lbconf *conf = fx_conf(WAW);
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fast_and_slow(false);
+	sg_request r;
+	sg_decision d;
+	size_t i;
+
+	(void)state;
+	fx_req(&r, "r-1", NULL, 200);
+	/* the TTFTs the check is about */
+	for (i = 0; i < 3; i++)
+		assert_near(sgi_ttft_ms(sg_snapshot_get(s, i), 200, 0, 1.0,
+		    false, false), 205, 1e-9);
+	assert_near(sgi_ttft_ms(sg_snapshot_get(s, 3), 200, 0, 1.0, false,
+	    false), 805, 1e-9);
+
+	d = fx_decide(rt, s, &r, 0);
+	fx_assert_wait(d, 150);
+	assert_int_equal(d.phase, SG_PHASE_GLOBAL);
+	fx_assert_wait(fx_decide(rt, s, &r, 149), 150);
+	d = fx_decide(rt, s, &r, 150);
+	fx_assert_select(d, 3);
+	assert_int_equal(d.rank_depth, 1);
+	assert_false(d.classified);
+	fx_assert_select(fx_decide(rt, s, &r, 400), 3);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_worked_check_all_full_is_unavailable(void **state)
+{
+	sg_lbconf *conf = fx_conf(WAW);
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fast_and_slow(true);
+	sg_request r;
+	sg_decision d;
+	double e[] = { 0, 149, 150, 5000 };
+	size_t i;
+
+	(void)state;
+	fx_req(&r, "r-1", NULL, 200);
+	for (i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+		d = fx_decide(rt, s, &r, e[i]);
+		fx_assert_reject(d, 503);
+		assert_string_equal(d.code, "overloaded_error");
+		assert_string_equal(d.reason, "routing_capacity_unavailable");
+	}
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * ref §4.5.4: K=1, X=200, comparator utilization; the affine cluster full at
+ * TTFT 1100, the others at 1300 and 1500 (tps 100, 100 tokens).  The affine
+ * cluster is found by walking the ring, not assumed.
+ */
+struct affine_case {
+	sg_lbconf	*conf;
+	sg_router	*rt;
+	sg_snapshot	*s;
+	sg_request	 r;
+	size_t		 affine, mid, far;
+};
+
+static void
+affine_setup(struct affine_case *t, bool all_full)
+{
+	size_t order[3], i;
+
+	t->conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":1,"
+	    "\"cache_affinity_wait_ms\":200,\"comparator\":\"utilization\"}}}");
+	t->rt = fx_router(t->conf, 7);
+	t->s = fx_snapshot(3);
+	fx_req(&t->r, "r-affine", "session-17", 100);
+	assert_int_equal(fx_ring_order(fx_def(t->conf, &t->r), &t->r, t->s,
+	    order), 3);
+	t->affine = order[0];
+	t->mid = order[1];
+	t->far = order[2];
+	for (i = 0; i < 3; i++) {
+		fx_at(t->s, i)->last_mean_input_tps = 100;
+		fx_at(t->s, i)->max_engine_concurrency = 4;
+	}
+	fx_at(t->s, t->affine)->rtt_ms = 100;
+	fx_at(t->s, t->affine)->running = 4;
+	fx_at(t->s, t->mid)->rtt_ms = 300;
+	fx_at(t->s, t->mid)->running = all_full ? 4 : 3;
+	fx_at(t->s, t->far)->rtt_ms = 500;
+	fx_at(t->s, t->far)->running = all_full ? 4 : 1;
+	assert_near(sgi_ttft_ms(fx_at(t->s, t->affine), 100, 0, 1.0, false,
+	    false), 1100, 1e-9);
+	assert_near(sgi_ttft_ms(fx_at(t->s, t->mid), 100, 0, 1.0, false,
+	    false), 1300, 1e-9);
+	assert_near(sgi_ttft_ms(fx_at(t->s, t->far), 100, 0, 1.0, false,
+	    false), 1500, 1e-9);
+}
+
+static void
+affine_teardown(struct affine_case *t)
+{
+	sg_snapshot_free(t->s);
+	sg_router_free(t->rt);
+	sg_lbconf_free(t->conf);
+}
+
+static void
+test_worked_check_affinity_wait_then_widen(void **state)
+{
+	struct affine_case t;
+	sg_decision d;
+	double e;
+
+	(void)state;
+	affine_setup(&t, false);
+	d = fx_decide(t.rt, t.s, &t.r, 0);
+	fx_assert_wait(d, 200);
+	assert_int_equal(d.phase, SG_PHASE_AFFINITY);
+	fx_assert_wait(fx_decide(t.rt, t.s, &t.r, 199), 200);
+	d = fx_decide(t.rt, t.s, &t.r, 200);
+	fx_assert_wait(d, 250);
+	assert_int_equal(d.phase, SG_PHASE_GLOBAL);
+	for (e = 250; e < 300; e += 7) {
+		d = fx_decide(t.rt, t.s, &t.r, e);
+		fx_assert_select(d, t.mid);
+		assert_int_equal(d.rank_depth, 2);
+		assert_int_equal(d.phase, SG_PHASE_GLOBAL);
+	}
+	fx_assert_select(fx_decide(t.rt, t.s, &t.r, 299), t.mid);
+	d = fx_decide(t.rt, t.s, &t.r, 300);
+	fx_assert_select(d, t.far);
+	assert_int_equal(d.rank_depth, 2);
+	affine_teardown(&t);
+}
+
+static void
+test_worked_check_affinity_all_full_unavailable_after_x(void **state)
+{
+	struct affine_case t;
+	double e;
+
+	(void)state;
+	affine_setup(&t, true);
+	fx_assert_wait(fx_decide(t.rt, t.s, &t.r, 0), 200);
+	for (e = 200; e < 2000; e += 150)
+		fx_assert_reject(fx_decide(t.rt, t.s, &t.r, e), 503);
+	affine_teardown(&t);
+}
+
+static void
+test_affine_free_is_selected_at_once_rank_1(void **state)
+{
+	struct affine_case t;
+	sg_decision d;
+
+	(void)state;
+	affine_setup(&t, false);
+	fx_free(t.s, t.affine);
+	d = fx_decide(t.rt, t.s, &t.r, 0);
+	fx_assert_select(d, t.affine);
+	assert_int_equal(d.rank_depth, 1);
+	assert_int_equal(d.phase, SG_PHASE_AFFINITY);
+	affine_teardown(&t);
+}
+
+/* Ring groups: K distinct clusters in walk order; K > n is capped at n. */
+static void
+test_affinity_group_follows_the_ring_walk(void **state)
+{
+	char conf_text[256], key[32];
+	size_t order[8], k, i, j;
+
+	(void)state;
+	for (k = 1; k <= 9; k += 2) {
+		sg_lbconf *conf;
+		sg_router *rt;
+		sg_snapshot *s = fx_snapshot(8);
+
+		snprintf(conf_text, sizeof(conf_text),
+		    "{\"models\":{\"m\":{\"algorithm\":\"wait-and-widen\","
+		    "\"cache_affinity_backend_selection_count\":%zu,"
+		    "\"cache_affinity_virtual_nodes\":%zu,"
+		    "\"cache_affinity_wait_ms\":1000}}}", k, 3 * k + 1);
+		conf = fx_conf(conf_text);
+		rt = fx_router(conf, 3);
+		for (j = 0; j < 20; j++) {
+			sg_request r;
+			size_t m = k < 8 ? k : 8;
+			json_t *ex = NULL, *g;
+
+			snprintf(key, sizeof(key), "key-%zu", j);
+			fx_req(&r, "r", key, 10);
+			assert_int_equal(fx_ring_order(fx_def(conf, &r), &r, s,
+			    order), 8);
+			/* every cluster free: the selection is in the group */
+			{
+				sg_decision d = fx_decide(rt, s, &r, 0);
+
+				assert_int_equal(d.kind, SG_DECIDE_SELECT);
+				for (i = 0; i < m && order[i] != d.index; i++)
+					;
+				assert_true(i < m);
+				assert_int_equal(d.rank_depth, 1);
+			}
+			assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex,
+			    NULL), 0);
+			g = json_object_get(ex, "affinity_group");
+			assert_int_equal(json_array_size(g), m);
+			for (i = 0; i < m; i++)
+				assert_string_equal(json_string_value(
+				    json_array_get(g, i)),
+				    sg_snapshot_get(s, order[i])->id);
+			json_decref(ex);
+		}
+		sg_router_free(rt);
+		sg_lbconf_free(conf);
+		sg_snapshot_free(s);
+	}
+}
+
+/*
+ * A ring too large for the router's cache (lb-config caps V at 1024, but
+ * 1024 * 4096 candidates is past the cache) is computed without it and
+ * gives the same group.  Driven through sgi_wait_and_widen with a
+ * hand-made definition so that three candidates suffice.
+ */
+static void
+test_huge_ring_gives_the_same_group(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2}}}");
+	sg_snapshot *s = fx_snapshot(3);
+	sgi_scratch sc;
+	sg_algdef def;
+	sg_decision d;
+	sgi_ctx x;
+	size_t order[3];
+	uint64_t rr = 0;
+	json_t *ex = json_object(), *g;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", "k-huge", 10);
+	def = *fx_def(conf, &r);
+	def.virtual_nodes = 400000;	/* 1.2M ring entries */
+	assert_int_equal(fx_ring_order(&def, &r, s, order), 3);
+	memset(&sc, 0, sizeof(sc));
+	assert_int_equal(sgi_scratch_reserve(&sc, 3, 3 * 400000), 0);
+	assert_int_equal(sc.ring_cap, 0);	/* not cached */
+	memset(sc.excluded, 0, 3);
+	memset(&x, 0, sizeof(x));
+	x.def = &def;
+	x.snap = s;
+	x.req = &r;
+	x.scratch = &sc;
+	x.n = x.neligible = 3;
+	x.rr_counter = &rr;
+	x.explain = ex;
+	assert_int_equal(sgi_wait_and_widen(&x, &d), 0);
+	assert_int_equal(d.kind, SG_DECIDE_SELECT);
+	assert_true(d.index == order[0] || d.index == order[1]);
+	g = json_object_get(ex, "affinity_group");
+	assert_int_equal(json_array_size(g), 2);
+	assert_string_equal(json_string_value(json_array_get(g, 0)),
+	    sg_snapshot_get(s, order[0])->id);
+	assert_string_equal(json_string_value(json_array_get(g, 1)),
+	    sg_snapshot_get(s, order[1])->id);
+	json_decref(ex);
+	sgi_scratch_free(&sc);
+	sg_snapshot_free(s);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * The cached ring follows the candidate set: removing a cluster, renaming
+ * one, or reordering the snapshot gives the group of the new set.
+ */
+static void
+test_ring_cache_follows_candidate_changes(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":3,"
+	    "\"cache_affinity_virtual_nodes\":40}}}");
+	sg_router *rt = fx_router(conf, 1);
+	size_t order[FX_MAXC], round, i, n;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", "k-cache", 10);
+	for (round = 0; round < 6; round++) {
+		sg_snapshot *s = sg_snapshot_new();
+		json_t *ex = NULL, *g;
+		char id[16];
+
+		n = 4 + round % 3;
+		for (i = 0; i < n; i++) {
+			sg_cluster c;
+
+			snprintf(id, sizeof(id), "%s%zu",
+			    round == 4 ? "z" : "c", (i * 7 + round) % 11);
+			c = fx_cluster(id, 5, 4, 0, 1000);
+			fx_add(s, &c);
+		}
+		fx_ring_order(fx_def(conf, &r), &r, s, order);
+		assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, NULL), 0);
+		g = json_object_get(ex, "affinity_group");
+		assert_int_equal(json_array_size(g), 3);
+		for (i = 0; i < 3; i++)
+			assert_string_equal(json_string_value(
+			    json_array_get(g, i)),
+			    sg_snapshot_get(s, order[i])->id);
+		json_decref(ex);
+		sg_snapshot_free(s);
+	}
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Several buckets: TTFTs 100 (full), 200 (full), 300 (free).  Each gap is
+ * measured from its bucket's start and each bucket consumes its own need
+ * (25 ms each), so the free cluster unlocks at 50 ms, not at 75.
+ */
+static void
+test_bucket_budget_is_consumed_per_bucket(void **state)
+{
+	sg_lbconf *conf = fx_conf(WAW);
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+	sg_request r;
+
+	(void)state;
+	c = fx_cluster("a", 100, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("b", 200, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("c", 300, 1, 0, 1000);
+	fx_add(s, &c);
+	fx_req(&r, "r", NULL, 0);
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 25);
+	fx_assert_wait(fx_decide(rt, s, &r, 25), 50);
+	fx_assert_wait(fx_decide(rt, s, &r, 49), 50);
+	fx_assert_select(fx_decide(rt, s, &r, 50), 2);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Gaps from the bucket start: 100 (full), 115 (full), 130 (free).  115 is in
+ * the first bucket; 130 is 30 ms from its start (not 15 from 115), so it
+ * needs 7.5 ms.
+ */
+static void
+test_gap_is_measured_from_the_bucket_start(void **state)
+{
+	sg_lbconf *conf = fx_conf(WAW);
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+	sg_request r;
+
+	(void)state;
+	c = fx_cluster("a", 100, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("b", 115, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("c", 130, 1, 0, 1000);
+	fx_add(s, &c);
+	fx_req(&r, "r", NULL, 0);
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 7.5);
+	fx_assert_select(fx_decide(rt, s, &r, 7.5), 2);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* No later candidate with capacity: no wait is offered, Unavailable. */
+static void
+test_no_wait_when_no_later_candidate_has_capacity(void **state)
+{
+	sg_lbconf *conf = fx_conf(WAW);
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+	sg_request r;
+
+	(void)state;
+	c = fx_cluster("a", 100, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("b", 300, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("c", 500, 1, 0, 0);	/* free but TTFT +inf */
+	fx_add(s, &c);
+	fx_req(&r, "r", NULL, 10);
+	fx_assert_reject(fx_decide(rt, s, &r, 0), 503);
+	fx_assert_reject(fx_decide(rt, s, &r, 10000), 503);
+	/* the smallest TTFT infinite: Unavailable even with capacity */
+	fx_at(s, 0)->last_mean_input_tps = 0;
+	fx_at(s, 1)->last_mean_input_tps = 0;
+	fx_free(s, 0);
+	fx_assert_reject(fx_decide(rt, s, &r, 0), 503);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* max_queued extends admission past the engine concurrency. */
+static void
+test_max_queued_admits_a_full_cluster(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"max_queued\":2}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+	sg_request r;
+
+	(void)state;
+	c = fx_cluster("a", 5, 2, 3, 1000);
+	fx_add(s, &c);
+	fx_req(&r, "r", NULL, 10);
+	fx_assert_select(fx_decide(rt, s, &r, 0), 0);
+	fx_at(s, 0)->running = 4;
+	fx_assert_reject(fx_decide(rt, s, &r, 0), 503);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Ties by cluster id: with equal TTFTs in the first bucket and a later
+ * bucket forcing the sorted walk, the sampled order is by id, so the
+ * decision does not depend on the snapshot's order.
+ */
+static void
+test_ttft_ties_are_ordered_by_cluster_id(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"n\":1}}}");
+	sg_router *rt = fx_router(conf, 11);
+	sg_snapshot *s1 = sg_snapshot_new(), *s2 = sg_snapshot_new();
+	sg_cluster x = fx_cluster("x", 5, 4, 0, 1000);
+	sg_cluster y = fx_cluster("y", 5, 4, 0, 1000);
+	sg_cluster z = fx_cluster("z", 900, 4, 0, 1000);
+	char id[32];
+	int saw[2] = { 0, 0 }, i;
+
+	(void)state;
+	fx_add(s1, &x);
+	fx_add(s1, &y);
+	fx_add(s1, &z);
+	fx_add(s2, &y);
+	fx_add(s2, &x);
+	fx_add(s2, &z);
+	for (i = 0; i < 64; i++) {
+		sg_request r;
+		sg_decision a, b;
+
+		snprintf(id, sizeof(id), "tie-%d", i);
+		fx_req(&r, id, NULL, 10);
+		a = fx_decide(rt, s1, &r, 0);
+		b = fx_decide(rt, s2, &r, 0);
+		assert_int_equal(a.kind, SG_DECIDE_SELECT);
+		assert_int_equal(b.kind, SG_DECIDE_SELECT);
+		assert_string_equal(a.cluster_id, b.cluster_id);
+		assert_string_not_equal(a.cluster_id, "z");
+		saw[a.cluster_id[0] == 'y']++;
+	}
+	/* both tied clusters are chosen sometimes: the test can fail */
+	assert_true(saw[0] > 0 && saw[1] > 0);
+	sg_snapshot_free(s1);
+	sg_snapshot_free(s2);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* Excluded clusters are never selected, in any phase. */
+static void
+test_excluded_clusters_are_never_selected(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"n\":4}}}");
+	sg_router *rt = fx_router(conf, 5);
+	sg_snapshot *s = fx_snapshot(4);
+	const char *ex[] = { "c1", "c3" };
+	char id[32];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 50; i++) {
+		sg_request r;
+		sg_decision d;
+
+		snprintf(id, sizeof(id), "ex-%d", i);
+		fx_req(&r, id, NULL, 10);
+		r.excluded = ex;
+		r.nexcluded = 2;
+		d = fx_decide(rt, s, &r, 0);
+		assert_int_equal(d.kind, SG_DECIDE_SELECT);
+		assert_true(d.index == 0 || d.index == 2);
+	}
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * NEW: an excluded group member stays a member (no cold successor enters
+ * the group): the request waits X for it, then widens with rank_depth K+1.
+ */
+static void
+test_excluded_group_member_is_not_replaced(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":1,"
+	    "\"cache_affinity_wait_ms\":200}}}");
+	sg_router *rt = fx_router(conf, 5);
+	sg_snapshot *s = fx_snapshot(4);
+	size_t order[4];
+	const char *ex[1];
+	sg_request r;
+	sg_decision d;
+
+	(void)state;
+	fx_req(&r, "r-ex", "sess-ex", 10);
+	fx_ring_order(fx_def(conf, &r), &r, s, order);
+	ex[0] = sg_snapshot_get(s, order[0])->id;
+	r.excluded = ex;
+	r.nexcluded = 1;
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 200);
+	d = fx_decide(rt, s, &r, 200);
+	assert_int_equal(d.kind, SG_DECIDE_SELECT);
+	assert_int_not_equal(d.index, order[0]);
+	assert_int_equal(d.rank_depth, 2);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Queue SLO (ref §4.5.1): a cluster whose queue estimate is over the bound
+ * is dropped; the bound grows from floor to ceil with elapsed / SLO.
+ */
+static void
+test_queue_slo_drops_clusters_over_the_bound(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"max_queued\":4,"
+	    "\"max_queue_time_floor_ms\":0,\"max_queue_time_ceil_ms\":100}}}");
+	sg_lbconf *plain = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"max_queued\":4}}}");
+	sg_router *rt = fx_router(conf, 1), *rp = fx_router(plain, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster a = fx_cluster("a", 0, 4, 4, 1000);
+	sg_cluster b = fx_cluster("b", 300, 4, 0, 1000);
+	sg_request r;
+
+	(void)state;
+	assert_int_equal(sg_cluster_set_prio(&a, 0, 50), 0);
+	fx_add(s, &a);
+	fx_add(s, &b);
+	fx_req(&r, "r-slo", NULL, 100);
+	r.has_slo = true;
+	r.request_slo_ms = 1000;
+	/* without the SLO fields the queued cluster a wins */
+	fx_assert_select(fx_decide(rp, s, &r, 0), 0);
+	/* bound 0 at elapsed 0: a (50 ms queue) dropped, b selected */
+	fx_assert_select(fx_decide(rt, s, &r, 0), 1);
+	/* bound 40 at 400 ms: still dropped */
+	fx_assert_select(fx_decide(rt, s, &r, 400), 1);
+	/* bound 100 at 1000 ms: a is back and has the lower TTFT */
+	fx_assert_select(fx_decide(rt, s, &r, 1000), 0);
+	/* no request SLO: the ceil applies at once */
+	r.has_slo = false;
+	fx_assert_select(fx_decide(rt, s, &r, 0), 0);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_router_free(rp);
+	sg_lbconf_free(conf);
+	sg_lbconf_free(plain);
+}
+
+/* The sample comparator: the lower comparator value wins among n. */
+static void
+test_sample_comparator_picks_the_minimum(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"n\":3,\"comparator\":\"num-requests-queued\","
+	    "\"ttft_bucket_size_ms\":1000}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(3);
+	char id[32];
+	int i;
+
+	(void)state;
+	fx_at(s, 0)->queued = 5;
+	fx_at(s, 1)->queued = 1;
+	fx_at(s, 2)->queued = 3;
+	for (i = 0; i < 20; i++) {
+		sg_request r;
+
+		snprintf(id, sizeof(id), "cmp-%d", i);
+		fx_req(&r, id, NULL, 10);
+		fx_assert_select(fx_decide(rt, s, &r, 0), 1);
+	}
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* The affinity discount (scale) applies inside the group only. */
+static void
+test_affinity_scale_applies_to_group_bucketing(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_input_tokens_scale\":0.1}}}");
+	sg_lbconf *full = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2}}}");
+	sg_router *rt = fx_router(conf, 1), *rf = fx_router(full, 1);
+	sg_snapshot *s = fx_snapshot(3);
+	size_t order[3];
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r-scale", "k-scale", 1000);
+	fx_ring_order(fx_def(conf, &r), &r, s, order);
+	/* member 0: prefill 10 s at full scale, 1 s at 0.1 */
+	fx_at(s, order[0])->rtt_ms = 0;
+	fx_at(s, order[0])->last_mean_input_tps = 100;
+	/* member 1: ~5001 ms either way */
+	fx_at(s, order[1])->rtt_ms = 5000;
+	fx_at(s, order[1])->last_mean_input_tps = 1e6;
+	fx_full(s, order[2]);
+	fx_assert_select(fx_decide(rt, s, &r, 0), order[0]);
+	fx_assert_select(fx_decide(rf, s, &r, 0), order[1]);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_router_free(rf);
+	sg_lbconf_free(conf);
+	sg_lbconf_free(full);
+}
+
+/* Without a key (or without K) there is no group: one global phase. */
+static void
+test_no_key_or_no_k_means_no_group(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_wait_ms\":500}}}");
+	sg_lbconf *withk = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":1,"
+	    "\"cache_affinity_wait_ms\":500}}}");
+	sg_router *rt = fx_router(conf, 1), *rk = fx_router(withk, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	sg_request r;
+	sg_decision d;
+
+	(void)state;
+	fx_full(s, 0);
+	fx_full(s, 1);
+	fx_at(s, 1)->running = 0;
+	/* K unset: key or not, no hold */
+	fx_req(&r, "r", "key", 10);
+	d = fx_decide(rt, s, &r, 0);
+	fx_assert_select(d, 1);
+	assert_int_equal(d.rank_depth, 1);
+	assert_int_equal(d.phase, SG_PHASE_GLOBAL);
+	/* K set, no key: no hold either */
+	fx_req(&r, "r", NULL, 10);
+	fx_assert_select(fx_decide(rk, s, &r, 0), 1);
+	/* blank key is absent */
+	fx_req(&r, "r", "", 10);
+	fx_assert_select(fx_decide(rk, s, &r, 0), 1);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_router_free(rk);
+	sg_lbconf_free(conf);
+	sg_lbconf_free(withk);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_worked_check_fast_full_slow_idle),
+		cmocka_unit_test(test_worked_check_all_full_is_unavailable),
+		cmocka_unit_test(test_worked_check_affinity_wait_then_widen),
+		cmocka_unit_test(
+		    test_worked_check_affinity_all_full_unavailable_after_x),
+		cmocka_unit_test(test_affine_free_is_selected_at_once_rank_1),
+		cmocka_unit_test(test_affinity_group_follows_the_ring_walk),
+		cmocka_unit_test(test_huge_ring_gives_the_same_group),
+		cmocka_unit_test(test_ring_cache_follows_candidate_changes),
+		cmocka_unit_test(test_bucket_budget_is_consumed_per_bucket),
+		cmocka_unit_test(test_gap_is_measured_from_the_bucket_start),
+		cmocka_unit_test(test_no_wait_when_no_later_candidate_has_capacity),
+		cmocka_unit_test(test_max_queued_admits_a_full_cluster),
+		cmocka_unit_test(test_ttft_ties_are_ordered_by_cluster_id),
+		cmocka_unit_test(test_excluded_clusters_are_never_selected),
+		cmocka_unit_test(test_excluded_group_member_is_not_replaced),
+		cmocka_unit_test(test_queue_slo_drops_clusters_over_the_bound),
+		cmocka_unit_test(test_sample_comparator_picks_the_minimum),
+		cmocka_unit_test(test_affinity_scale_applies_to_group_bucketing),
+		cmocka_unit_test(test_no_key_or_no_k_means_no_group),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
