@@ -25,6 +25,8 @@
  * (64 usage, 65 bad input, 66 cannot open, 70 internal, 74 output, 78 config).
  * Bad input outranks a rejection: a stream with both ends in 65.
  */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -153,12 +155,20 @@ source_name(const char *path)
 static FILE *
 open_input(const char *path)
 {
+	struct stat st;
 	FILE *f;
 
 	if (path == NULL || strcmp(path, "-") == 0)
 		return stdin;
-	if ((f = fopen(path, "r")) == NULL)
+	if ((f = fopen(path, "r")) == NULL) {
 		complain(NULL, 0, "cannot open '%s': %s", path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		complain(NULL, 0, "cannot open '%s': %s", path, strerror(EISDIR));
+		fclose(f);
+		return NULL;
+	}
 	return f;
 }
 
@@ -232,8 +242,8 @@ out:
 /*
  * Read one line (without its newline) into *buf, which grows up to
  * SG_MAX_RECORD + 1 bytes.  Returns 1 with *len set, 0 at end of input,
- * -1 on a read error.  A longer line is consumed to its end and reported
- * through *toolong.
+ * -1 on a read error, -2 when out of memory.  A longer line is consumed to
+ * its end and reported through *toolong.
  */
 static int
 read_line(FILE *f, char **buf, size_t *cap, size_t *len, bool *toolong)
@@ -256,7 +266,7 @@ read_line(FILE *f, char **buf, size_t *cap, size_t *len, bool *toolong)
 			if (ncap > (size_t)SG_MAX_RECORD + 1)
 				ncap = (size_t)SG_MAX_RECORD + 1;
 			if ((nbuf = realloc(*buf, ncap)) == NULL)
-				return -1;
+				return -2;
 			*buf = nbuf;
 			*cap = ncap;
 		}
@@ -608,9 +618,11 @@ run_stream(struct run *r)
 		} else if (rc != 0)
 			break;
 	}
-	if (got < 0) {
-		complain(source, 0, "read error: %s",
-		    ferror(f) ? strerror(errno) : "out of memory");
+	if (got == -2) {
+		complain(NULL, 0, "out of memory");
+		rc = EX_SOFTWARE;
+	} else if (got < 0) {
+		complain(source, 0, "read error: %s", strerror(errno));
 		rc = EX_IOERR;
 	}
 	free(buf);
@@ -643,7 +655,8 @@ load_config(struct run *r)
 	    &err);
 	free(text);
 	if (lrc != 0) {
-		report(source_name(r->o->config), 0, lrc, &err);
+		/* The library's message already names the file. */
+		report(NULL, 0, lrc, &err);
 		return lrc == SG_ENOMEM ? EX_SOFTWARE : EX_CONFIG;
 	}
 	return 0;

@@ -354,6 +354,8 @@ js() {
 	run -66 --separate-stderr "$ROUTE" -c "$F/no-such-config.json" -s "$F/abc-free.json" "$F/req-plain.json"
 	[[ $stderr == *no-such-config.json* ]]
 	run -66 --separate-stderr "$ROUTE" --ndjson "$F/no-such-stream.ndjson"
+	run -66 --separate-stderr "$ROUTE" -s "$F" "$F/req-plain.json"
+	[[ $stderr == *"Is a directory"* ]]
 }
 
 @test "last_cluster_affinity on pulsar is a config error (78) naming field and algorithm" {
