@@ -4,7 +4,29 @@
  *
  * Keys are derived, never raw: sg_lc_key() hashes the routing key, the model
  * and the cache affinity key into "lc:v1:" + 64 lowercase hex digits, so no
- * session id or affinity key ever reaches disk.
+ * session id or affinity key ever reaches the store.  Values are a cluster
+ * id (1..256 printable ASCII bytes) and the time it was written.
+ *
+ * One interface, several backends (a small vtable in sg_store_internal.h):
+ * the LMDB backend (a directory shared by every process on the host) is the
+ * default; a Redis backend ("redis://host:port/db") plugs in behind the same
+ * calls.
+ *
+ * Semantics common to every backend:
+ *   - TTL: an entry whose age is >= the TTL is a miss, and is deleted;
+ *     a write resets the age (the write time is the time of the put).
+ *   - Capacity: beyond max_entries the least recently written entries are
+ *     evicted at write time.
+ *   - Writes are queued and committed by a store thread in groups (group
+ *     commit): sg_store_put() never waits for the disk, only for a mutex, so
+ *     it may be called from an event loop.  sg_store_flush() waits.
+ *   - Lookups are synchronous and cheap (an LMDB read transaction, about a
+ *     microsecond).
+ *
+ * Thread safety: every function may be called from any thread, concurrently,
+ * except sg_store_close().  In one process a directory may be open only once
+ * at a time (LMDB's rule); a second sg_store_open() of it returns EBUSY.
+ * Never use a store handle in a child after fork(); open a new one there.
  */
 #ifndef SG_STORE_H
 #define SG_STORE_H
@@ -14,6 +36,12 @@
 #include <stdint.h>
 
 #include "sg_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- keys ------------------------------------------------------------------ */
 
 /* "lc:v1:" + 64 hex digits. */
 #define SG_LC_KEY_PREFIX	"lc:v1:"
@@ -25,7 +53,7 @@
  * An absent routing key is the empty string (rk may be NULL when rk_len is
  * 0; likewise model and affinity_key).  Writes SG_LC_KEY_LEN characters and
  * a NUL into out.  Returns 0, or SG_EINVAL on a NULL pointer with a non-zero
- * length.
+ * length.  Thread-safe, no allocation.
  */
 int	sg_lc_key(char out[SG_LC_KEY_LEN + 1], const char *routing_key,
 	    size_t rk_len, const char *model, size_t model_len,
@@ -36,5 +64,182 @@ bool	sg_lc_key_valid(const char *key, size_t len);
 
 /* True if id[0..len) is a valid cluster id: 1..256 bytes, each 0x20..0x7e. */
 bool	sg_lc_cluster_id_valid(const char *id, size_t len);
+
+/* --- the store ------------------------------------------------------------- */
+
+typedef struct sg_store sg_store;
+
+/* Defaults (SPEC.md §5, §6). */
+#define SG_STORE_DEFAULT_TTL_MS		600000ULL	/* 10 minutes */
+#define SG_STORE_DEFAULT_MAX_ENTRIES	100000ULL
+#define SG_STORE_DEFAULT_MAP_SIZE	(64ULL << 20)	/* initial, grows */
+#define SG_STORE_DEFAULT_MAP_SIZE_MAX	(1ULL << 40)	/* growth limit */
+#define SG_STORE_DEFAULT_SYNC_MS	1000ULL
+#define SG_STORE_DEFAULT_MAX_READERS	126
+#define SG_STORE_DEFAULT_BATCH		1000	/* operations per transaction */
+#define SG_STORE_DEFAULT_QUEUE		65536	/* queued operations */
+#define SG_STORE_DEFAULT_PATH		"/var/lib/stargate/lastcluster"
+
+/* Wall clock in milliseconds since the Unix epoch (injectable for tests). */
+typedef uint64_t sg_store_clock_fn(void *arg);
+
+/*
+ * What one group commit did; passed to on_commit on the store thread after
+ * each write transaction.  Operations are numbered in the order they were
+ * queued, from 1, over the life of the handle (lookups that find an expired
+ * entry queue a deletion too).  ops_done counts operations finished,
+ * committed or failed; committed counts those committed.  When rc is 0 every
+ * operation up to ops_done is committed (and, with the sync option, durable).
+ */
+typedef struct sg_store_commit {
+	uint64_t	ops;		/* operations in this transaction */
+	uint64_t	ops_done;	/* cumulative, committed or failed */
+	uint64_t	committed;	/* cumulative, committed */
+	int		rc;		/* 0, or why these operations failed */
+} sg_store_commit;
+
+typedef void sg_store_commit_fn(const sg_store_commit *c, void *arg);
+
+typedef struct sg_store_opts {
+	const char	*path;		/* LMDB directory (default SG_STORE_DEFAULT_PATH) */
+	bool		 create;	/* create the directory and files if missing */
+	bool		 sync;		/* make every group commit durable */
+	uint64_t	 ttl_ms;	/* > 0 */
+	uint64_t	 max_entries;	/* > 0 */
+	uint64_t	 map_size;	/* initial LMDB map size, bytes */
+	uint64_t	 map_size_max;	/* the map grows (doubling) up to this */
+	uint64_t	 sync_interval_ms; /* periodic fsync; 0 = only at close */
+	unsigned	 max_readers;	/* LMDB reader slots (set by the first opener) */
+	unsigned	 batch_max;	/* operations per write transaction */
+	size_t		 queue_max;	/* queued operations; beyond, put returns EAGAIN */
+	sg_store_clock_fn *clock;	/* NULL: CLOCK_REALTIME */
+	void		*clock_arg;
+	sg_store_commit_fn *on_commit;	/* NULL: none; runs on the store thread */
+	void		*commit_arg;
+} sg_store_opts;
+
+/* Fill o with the defaults above (path SG_STORE_DEFAULT_PATH, create false). */
+void	sg_store_opts_init(sg_store_opts *o);
+
+/*
+ * Open the store described by o (copied; o->path need not outlive the call)
+ * and start its store thread.  Without o->create a missing directory or
+ * data file is ENOENT (or ENOTDIR).  Returns 0 and sets *out, or a positive
+ * errno (ENOENT, ENOTDIR, EACCES, EBUSY: already open in this process, ...),
+ * SG_ECONFIG (bad option, unsupported backend), SG_ESTORE (not an LMDB
+ * store, corrupt) or SG_ENOMEM.
+ */
+int	sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err);
+
+/*
+ * Drain the queued writes, sync the store to disk, stop the store thread
+ * and free the handle.  NULL is a no-op.  No other call may be running.
+ */
+void	sg_store_close(sg_store *s);
+
+/* One entry, copied out of the store. */
+typedef struct sg_store_entry {
+	char		key[SG_LC_KEY_LEN + 1];	/* "lc:v1:..." */
+	char		cluster_id[SG_ID_MAX + 1];	/* NUL-terminated */
+	size_t		cluster_id_len;
+	uint64_t	written_ms;	/* write time, ms since the epoch */
+	uint64_t	age_ms;		/* now - written_ms (0 if negative) */
+} sg_store_entry;
+
+/*
+ * Look key[0..key_len) up.  Returns 0 and fills *out on a hit, SG_ENOTFOUND
+ * on a miss (absent, expired, or an unreadable value), SG_EINVAL for a key
+ * that is not "lc:v1:" + 64 lowercase hex, or an error.  An expired entry is
+ * deleted by the store thread (the lookup itself stays a read-only
+ * transaction).  Never blocks on writers.
+ */
+int	sg_store_lookup(sg_store *s, const char *key, size_t key_len,
+	    sg_store_entry *out, sg_error *err);
+
+/*
+ * Queue a write of cluster id id[0..id_len) under key, written now.
+ * Returns 0 once queued (the commit happens later: see sg_store_flush()
+ * and on_commit), SG_EINVAL for a bad key or cluster id, EAGAIN when the
+ * queue is full (the write is dropped), or an error.  Never waits for I/O.
+ */
+int	sg_store_put(sg_store *s, const char *key, size_t key_len,
+	    const char *id, size_t id_len, sg_error *err);
+
+/* sg_store_put() with an explicit write time (restoring a backup). */
+int	sg_store_put_at(sg_store *s, const char *key, size_t key_len,
+	    const char *id, size_t id_len, uint64_t written_ms, sg_error *err);
+
+/* Queue a deletion of key (absent is not an error). Returns as sg_store_put(). */
+int	sg_store_del(sg_store *s, const char *key, size_t key_len, sg_error *err);
+
+/*
+ * Wait until every operation queued before the call is committed or has
+ * failed.  Returns 0, or the first failure since the previous flush (the
+ * failed operations are dropped; the store stays usable).
+ */
+int	sg_store_flush(sg_store *s, sg_error *err);
+
+/*
+ * Call fn for each entry, least recently written first, in one read
+ * snapshot; expired entries are skipped unless include_expired.  fn returns
+ * 0 to go on; anything else stops the walk and is returned.  fn must not
+ * call sg_store functions on the same handle.  The entry is valid during
+ * the call only.
+ */
+typedef int sg_store_iter_fn(const sg_store_entry *e, void *arg);
+int	sg_store_iterate(sg_store *s, bool include_expired, sg_store_iter_fn *fn,
+	    void *arg, sg_error *err);
+
+typedef struct sg_store_stats {
+	const char	*backend;	/* "lmdb" (static string) */
+	uint64_t	 entries;	/* including expired ones */
+	uint64_t	 expired;	/* entries already past the TTL */
+	uint64_t	 oldest_age_ms;	/* 0 when empty */
+	uint64_t	 ttl_ms;
+	uint64_t	 max_entries;
+	uint64_t	 map_size;	/* bytes mapped */
+	uint64_t	 map_used;	/* bytes of the map in use (pages) */
+	uint64_t	 file_size;	/* bytes of the data file */
+	uint64_t	 page_size;
+	uint64_t	 last_txnid;
+	uint32_t	 max_readers;	/* reader slots */
+	uint32_t	 readers_used;	/* slots held by live processes */
+	uint32_t	 stale_readers;	/* dead slots cleared by this handle */
+	uint64_t	 generation;	/* bumped by each compaction swap */
+	/* Counters of this handle since open. */
+	uint64_t	 queued;	/* operations waiting for the store thread */
+	uint64_t	 committed;	/* operations committed */
+	uint64_t	 failed;	/* operations dropped after an error */
+	uint64_t	 commits;	/* write transactions */
+	uint64_t	 map_grows;	/* map size increases */
+	uint64_t	 reopens;	/* environment reopened after a compaction */
+} sg_store_stats;
+
+/* Fill *st (one read snapshot plus counters).  Returns 0 or an error. */
+int	sg_store_stats_get(sg_store *s, sg_store_stats *st, sg_error *err);
+
+typedef struct sg_store_compact_result {
+	uint64_t	expired;	/* expired entries deleted */
+	uint64_t	evicted;	/* entries deleted to enforce the capacity */
+	uint64_t	entries;	/* entries left */
+	uint64_t	bytes_before;	/* data file size before */
+	uint64_t	bytes_after;	/* data file size after */
+	uint64_t	generation;	/* after the swap */
+	bool		swapped;	/* a compacted copy replaced the data file */
+} sg_store_compact_result;
+
+/*
+ * Drain the queue, delete expired entries, enforce the capacity (both in
+ * short transactions of at most batch_max deletions), then reclaim file
+ * space by copy-compaction and an atomic rename, safe while other processes
+ * read and write the store (protocol: sg_store_lmdb.c, sg-lastcluster(1)).
+ * Returns 0 and fills *r, or an error (nothing committed is lost either
+ * way).
+ */
+int	sg_store_compact(sg_store *s, sg_store_compact_result *r, sg_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SG_STORE_H */

@@ -1,0 +1,48 @@
+/*
+ * sg_store_internal.h — the backend interface of the last-cluster store.
+ * Never installed.
+ *
+ * sg_store.c validates every argument (key syntax, cluster id, options),
+ * decodes the key once and dispatches through struct sgi_store_ops; a
+ * backend sees only well-formed input.  A backend gets the key both as text
+ * (what Redis stores) and as the 32-byte digest (what LMDB stores).
+ */
+#ifndef SG_STORE_INTERNAL_H
+#define SG_STORE_INTERNAL_H
+
+#include "sg_store.h"
+
+#define SGI_DIGEST_LEN	32
+
+typedef struct sgi_lckey {
+	char		text[SG_LC_KEY_LEN + 1];
+	unsigned char	digest[SGI_DIGEST_LEN];
+} sgi_lckey;
+
+struct sgi_store_ops {
+	const char *name;
+	int	(*lookup)(void *be, const sgi_lckey *k, sg_store_entry *out,
+		    sg_error *err);
+	int	(*put)(void *be, const sgi_lckey *k, const char *id,
+		    size_t id_len, uint64_t written_ms, sg_error *err);
+	int	(*del)(void *be, const sgi_lckey *k, sg_error *err);
+	int	(*flush)(void *be, sg_error *err);
+	int	(*iterate)(void *be, bool all, sg_store_iter_fn *fn, void *arg,
+		    sg_error *err);
+	int	(*stats)(void *be, sg_store_stats *st, sg_error *err);
+	int	(*compact)(void *be, sg_store_compact_result *r, sg_error *err);
+	void	(*close)(void *be);
+};
+
+/* Parse "lc:v1:" + 64 lowercase hex.  Returns 0 or SG_EINVAL. */
+int	sgi_lckey_parse(sgi_lckey *k, const char *key, size_t len);
+/* Text form of a digest. */
+void	sgi_lckey_from_digest(sgi_lckey *k, const unsigned char *digest);
+/* The opts' clock, or CLOCK_REALTIME in ms. */
+uint64_t sgi_store_now(const sg_store_opts *o);
+
+/* LMDB backend (sg_store_lmdb.c).  o is validated and complete. */
+int	sgi_store_lmdb_open(void **be, const struct sgi_store_ops **ops,
+	    const sg_store_opts *o, sg_error *err);
+
+#endif /* SG_STORE_INTERNAL_H */

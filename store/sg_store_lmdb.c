@@ -1,0 +1,1663 @@
+/*
+ * sg_store_lmdb.c — the LMDB backend of the last-cluster store.
+ *
+ * Layout.  One environment (a directory: data.mdb, lock.mdb) holds three
+ * named databases:
+ *   "lc1"       digest[32] -> u64 written_ms | u64 seq | cluster id bytes
+ *   "lc1.time"  u64be written_ms | u64be seq -> digest[32]
+ *   "meta"      "seq" -> u64 (last sequence number given out), "pad"
+ * The time index orders entries by write time (ties by a store-wide
+ * sequence number, so order within a millisecond is commit order); the
+ * least recently written entry is its first key, so capacity eviction and
+ * expiry sweeps cost O(log n) per entry and never scan.  Only digests reach
+ * the file, never a routing key, model or affinity key.
+ *
+ * Writes.  sg_store_put() copies the operation into a queue under a mutex
+ * and returns; one store thread per handle takes everything queued and
+ * applies it in write transactions of at most batch_max operations (group
+ * commit).  The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a
+ * committed transaction is in the page cache, so a killed process loses
+ * nothing it committed and the file is never corrupt; the store thread
+ * fsyncs every sync_interval_ms, so an operating-system crash loses at most
+ * that interval.  With the sync option every commit is durable instead.
+ *
+ * Reads.  A lookup is one read transaction: a cached MDB_txn (MDB_NOTLS, so
+ * any thread may use it) is renewed, read and reset; a second concurrent
+ * lookup in the same process begins its own.  Lookups never write: an
+ * expired entry found by a lookup is reported as a miss and a deletion is
+ * queued for the store thread, which deletes it only if it is still the
+ * same, still expired, entry.
+ *
+ * Map size.  MDB_MAP_FULL aborts the transaction; the store thread doubles
+ * the map (up to map_size_max) and replays the batch; at the maximum the
+ * batch fails with SG_EFULL.  Another process that sees MDB_MAP_RESIZED
+ * adopts the new size.  mdb_env_set_mapsize() needs no transaction active
+ * in the process, so every use of the environment holds a read lock on
+ * s->rw and resizing or reopening takes it exclusively.
+ *
+ * Compaction and the swap protocol.  LMDB never shrinks its file, so
+ * compaction writes a compacted copy (mdb_env_copyfd2, MDB_CP_COMPACT) to
+ * data.mdb.compact in the same directory and renames it over data.mdb,
+ * while other processes keep reading and writing:
+ *   1. The compactor begins a write transaction W and keeps it open: it
+ *      holds LMDB's writer lock (shared by every process through
+ *      lock.mdb), so nothing can be committed until the swap is over and
+ *      the copy holds every committed transaction.
+ *   2. Readers pick a meta page by the parity of the last transaction id
+ *      in lock.mdb, and a compacted copy stores its root in meta page 1
+ *      (txnid 1).  The last committed id must therefore be odd: if it is
+ *      even, the compactor commits one dummy write ("pad") and starts
+ *      again.  The copy is then verified (opened read-only, no lock: its
+ *      transaction id must have that parity and its entry count must
+ *      match) before it is used.
+ *   3. Copy, fsync the copy, rename it over data.mdb, fsync the directory,
+ *      then increment the generation counter in the file "generation"
+ *      (a shared mapping every process holds), then abort W.
+ *   4. Every other process still maps the old inode.  A writer checks,
+ *      after beginning each write transaction (so under the writer lock),
+ *      both the generation counter and the inode of data.mdb against what
+ *      it opened; on a change it aborts (an aborted transaction writes
+ *      nothing), closes and reopens the environment and replays the batch
+ *      on the new file.  So no write ever lands in the old file, and
+ *      nothing committed is lost.  Readers compare the generation counter
+ *      (one atomic load) on each lookup and reopen on a change; until they
+ *      do they read a consistent, slightly older snapshot from the old
+ *      inode.
+ * A compactor killed mid-way leaves either the old file (and a stray
+ * data.mdb.compact, removed by the next compaction) or the new one; the
+ * inode check covers a swap whose generation bump was lost.  The
+ * generation file must not be deleted while processes run.
+ */
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lmdb.h>
+
+#include "sg_store_internal.h"
+
+#define DB_MAIN		"lc1"
+#define DB_TIME		"lc1.time"
+#define DB_META		"meta"
+#define DATA_FILE	"data.mdb"
+#define COMPACT_FILE	"data.mdb.compact"
+#define GEN_FILE	"generation"
+#define VAL_HDR		16	/* u64 written_ms, u64 seq */
+#define IDX_LEN		16	/* u64be written_ms, u64be seq */
+#define READER_CHECK_MS	10000	/* periodic mdb_reader_check */
+#define MAX_RETRIES	64	/* resizes and reopens for one transaction */
+
+enum { OP_PUT, OP_DEL, OP_EXPIRE };
+
+struct op {
+	uint64_t	t;		/* PUT: write time; EXPIRE: seen write time */
+	uint16_t	kind;
+	uint16_t	id_len;
+	unsigned char	digest[SGI_DIGEST_LEN];
+	char		id[SG_ID_MAX];
+};
+
+struct job {
+	sg_store_compact_result	*r;
+	sg_error		 err;
+	int			 rc;
+	bool			 done;
+};
+
+struct lstore {
+	sg_store_opts	 o;
+	char		*dir;
+	char		*datapath;
+	char		*tmppath;
+	char		*genpath;
+	dev_t		 dir_dev;
+	ino_t		 dir_ino;
+
+	/* The environment: read-locked while used, write-locked to replace. */
+	pthread_rwlock_t rw;
+	MDB_env		*env;		/* NULL after a failed reopen */
+	int		 env_rc;	/* why env is NULL */
+	MDB_dbi		 dbi_main, dbi_time, dbi_meta;
+	dev_t		 data_dev;
+	ino_t		 data_ino;
+	uint64_t	 gen;		/* generation when env was opened */
+	uint64_t	 map_size;	/* current map size */
+	_Atomic(MDB_txn *) rtxn;	/* cached reset read transaction */
+
+	int		 genfd;
+	uint64_t	*genp;		/* shared mapping of GEN_FILE */
+
+	/* The queue, guarded by mu. */
+	pthread_mutex_t	 mu;
+	pthread_cond_t	 work_cv;
+	pthread_cond_t	 done_cv;
+	struct op	*q, *w;
+	size_t		 qlen, qcap, wcap;
+	uint64_t	 enq, done, committed, failed, commits;
+	int		 flush_rc;
+	sg_error	 flush_err;
+	struct job	*job;
+	bool		 stop, idle;
+	pthread_t	 thr;
+	bool		 thr_started;
+	pthread_mutex_t	 job_mu;	/* one compaction at a time */
+
+	/* Counters written by any thread. */
+	_Atomic uint64_t map_grows;
+	_Atomic uint64_t reopens;
+	_Atomic uint32_t stale_readers;
+
+	/* Store thread only. */
+	bool		 dirty;
+	uint64_t	 last_sync, last_check;	/* monotonic ms */
+};
+
+/* --- small helpers --------------------------------------------------------- */
+
+static int
+mdb_to_sg(int rc)
+{
+	switch (rc) {
+	case 0:			return 0;
+	case MDB_NOTFOUND:	return SG_ENOTFOUND;
+	case MDB_MAP_FULL:	return SG_EFULL;
+	case MDB_READERS_FULL:	return EAGAIN;
+	default:		return rc > 0 ? rc : SG_ESTORE;
+	}
+}
+
+static int
+lerr(sg_error *err, int rc, const char *what)
+{
+	return sg_seterr(err, mdb_to_sg(rc), "%s: %s", what, mdb_strerror(rc));
+}
+
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+be64_put(unsigned char *p, uint64_t v)
+{
+	int i;
+
+	for (i = 7; i >= 0; i--) {
+		p[i] = (unsigned char)(v & 0xff);
+		v >>= 8;
+	}
+}
+
+static uint64_t
+be64_get(const unsigned char *p)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static bool
+is_expired(const struct lstore *s, uint64_t written, uint64_t now)
+{
+	return now >= written && now - written >= s->o.ttl_ms;
+}
+
+/* Decode a main-database value; false if it is not one of ours. */
+static bool
+val_decode(const MDB_val *v, uint64_t *t, uint64_t *seq, const char **id,
+    size_t *id_len)
+{
+	const unsigned char *p = v->mv_data;
+
+	if (v->mv_size <= VAL_HDR || v->mv_size > VAL_HDR + SG_ID_MAX)
+		return false;
+	memcpy(t, p, 8);
+	memcpy(seq, p + 8, 8);
+	*id = (const char *)p + VAL_HDR;
+	*id_len = v->mv_size - VAL_HDR;
+	return sg_lc_cluster_id_valid(*id, *id_len);
+}
+
+static void
+entry_fill(sg_store_entry *e, const unsigned char *digest, uint64_t t,
+    const char *id, size_t id_len, uint64_t now)
+{
+	sgi_lckey k;
+
+	sgi_lckey_from_digest(&k, digest);
+	memcpy(e->key, k.text, sizeof(e->key));
+	memcpy(e->cluster_id, id, id_len);
+	e->cluster_id[id_len] = '\0';
+	e->cluster_id_len = id_len;
+	e->written_ms = t;
+	e->age_ms = now > t ? now - t : 0;
+}
+
+static uint64_t
+gen_load(const struct lstore *s)
+{
+	return __atomic_load_n(s->genp, __ATOMIC_ACQUIRE);
+}
+
+/* --- one open per directory per process ------------------------------------ */
+
+/*
+ * LMDB's locks are POSIX record locks: closing one descriptor of lock.mdb
+ * drops every lock the process holds on it, so a directory must not be
+ * open twice in one process.  Entries of another pid are leftovers of a
+ * fork() and are ignored.
+ */
+struct regent {
+	dev_t		 dev;
+	ino_t		 ino;
+	pid_t		 pid;
+	struct regent	*next;
+};
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct regent *reg_head;
+
+static int
+reg_add(dev_t dev, ino_t ino)
+{
+	struct regent *e;
+	pid_t pid = getpid();
+	int rc = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	for (e = reg_head; e != NULL; e = e->next)
+		if (e->dev == dev && e->ino == ino && e->pid == pid) {
+			rc = EBUSY;
+			goto out;
+		}
+	if ((e = malloc(sizeof(*e))) == NULL) {
+		rc = ENOMEM;
+		goto out;
+	}
+	e->dev = dev;
+	e->ino = ino;
+	e->pid = pid;
+	e->next = reg_head;
+	reg_head = e;
+out:
+	pthread_mutex_unlock(&reg_mu);
+	return rc;
+}
+
+static void
+reg_del(dev_t dev, ino_t ino)
+{
+	struct regent **pp, *e;
+	pid_t pid = getpid();
+
+	pthread_mutex_lock(&reg_mu);
+	for (pp = &reg_head; (e = *pp) != NULL; pp = &e->next)
+		if (e->dev == dev && e->ino == ino && e->pid == pid) {
+			*pp = e->next;
+			free(e);
+			break;
+		}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* --- files ------------------------------------------------------------------ */
+
+/* mkdir -p: parents 0755, the store directory itself 0750. */
+static int
+mkdirs(const char *path)
+{
+	char *buf, *p;
+	struct stat st;
+	int rc = 0;
+
+	if (stat(path, &st) == 0)
+		return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if ((buf = strdup(path)) == NULL)
+		return ENOMEM;
+	for (p = buf + 1; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+			rc = errno;
+			goto out;
+		}
+		*p = '/';
+	}
+	if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+		rc = errno;
+	else if (stat(path, &st) != 0)
+		rc = errno;
+	else if (!S_ISDIR(st.st_mode))
+		rc = ENOTDIR;
+out:
+	free(buf);
+	return rc;
+}
+
+static int
+fsync_dir(const char *dir)
+{
+	int fd, rc = 0;
+
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return errno;
+	if (fsync(fd) != 0)
+		rc = errno;
+	close(fd);
+	return rc;
+}
+
+/* Map the generation counter, creating the file when needed. */
+static int
+gen_open(struct lstore *s, sg_error *err)
+{
+	struct stat st;
+	void *p;
+	int fd;
+
+	/* Created even without o.create: a store made by mdb_load has none. */
+	fd = open(s->genpath, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return sg_seterr(err, errno, "cannot open '%s': %s",
+		    s->genpath, strerror(errno));
+	if (fstat(fd, &st) != 0 ||
+	    (st.st_size < 4096 && ftruncate(fd, 4096) != 0)) {
+		int e = errno;
+
+		close(fd);
+		return sg_seterr(err, e, "cannot size '%s': %s", s->genpath,
+		    strerror(e));
+	}
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+
+		close(fd);
+		return sg_seterr(err, e, "cannot map '%s': %s", s->genpath,
+		    strerror(e));
+	}
+	s->genfd = fd;
+	s->genp = p;
+	return 0;
+}
+
+/* --- the environment --------------------------------------------------------- */
+
+/* Drop the cached read transaction (env write-locked, or closing). */
+static void
+rtxn_drop(struct lstore *s)
+{
+	MDB_txn *txn = atomic_exchange(&s->rtxn, NULL);
+
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+}
+
+/* Open s->env (s->rw write-locked or not yet shared). */
+static int
+env_open(struct lstore *s, sg_error *err)
+{
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_envinfo info;
+	struct stat st;
+	unsigned flags = MDB_NOTLS | (s->o.sync ? 0 : MDB_NOSYNC);
+	unsigned dbflags = MDB_CREATE;
+	uint64_t g;
+	int rc, fd, dead = 0, tries;
+
+	/* Before opening: a swap after this load is seen later as a change. */
+	g = gen_load(s);
+	if (!s->o.create && stat(s->datapath, &st) != 0)
+		return sg_seterr(err, errno, "cannot open store '%s': %s",
+		    s->dir, strerror(errno));
+	if ((rc = mdb_env_create(&env)) != 0)
+		return lerr(err, rc, "mdb_env_create");
+	if ((rc = mdb_env_set_maxdbs(env, 4)) != 0 ||
+	    (rc = mdb_env_set_maxreaders(env, s->o.max_readers)) != 0 ||
+	    (rc = mdb_env_set_mapsize(env, (size_t)s->map_size)) != 0) {
+		lerr(err, rc, "LMDB options");
+		goto fail;
+	}
+	if ((rc = mdb_env_open(env, s->dir, flags, 0640)) != 0) {
+		sg_seterr(err, mdb_to_sg(rc), "cannot open store '%s': %s",
+		    s->dir, mdb_strerror(rc));
+		goto fail;
+	}
+	if ((rc = mdb_env_get_fd(env, &fd)) != 0 || fstat(fd, &st) != 0) {
+		rc = rc != 0 ? rc : errno;
+		lerr(err, rc, "data file");
+		goto fail;
+	}
+	s->data_dev = st.st_dev;
+	s->data_ino = st.st_ino;
+	if (mdb_reader_check(env, &dead) == 0 && dead > 0)
+		atomic_fetch_add(&s->stale_readers, (uint32_t)dead);
+	for (tries = 0;; tries++) {
+		rc = mdb_txn_begin(env, NULL, 0, &txn);
+		if (rc == MDB_MAP_RESIZED && tries < 4) {
+			mdb_env_set_mapsize(env, 0);
+			continue;
+		}
+		break;
+	}
+	if (rc != 0) {
+		lerr(err, rc, "cannot begin a transaction");
+		goto fail;
+	}
+	if ((rc = mdb_dbi_open(txn, DB_MAIN, dbflags, &s->dbi_main)) != 0 ||
+	    (rc = mdb_dbi_open(txn, DB_TIME, dbflags, &s->dbi_time)) != 0 ||
+	    (rc = mdb_dbi_open(txn, DB_META, dbflags, &s->dbi_meta)) != 0) {
+		mdb_txn_abort(txn);
+		sg_seterr(err, mdb_to_sg(rc), "store '%s' is not a last-cluster "
+		    "store: %s", s->dir, mdb_strerror(rc));
+		goto fail;
+	}
+	if ((rc = mdb_txn_commit(txn)) != 0) {
+		lerr(err, rc, "cannot commit");
+		goto fail;
+	}
+	if (mdb_env_info(env, &info) == 0)
+		s->map_size = info.me_mapsize;
+	s->env = env;
+	s->env_rc = 0;
+	s->gen = g;
+	return 0;
+fail:
+	mdb_env_close(env);
+	return mdb_to_sg(rc);
+}
+
+/* True if data.mdb is no longer the file s->env maps. */
+static bool
+env_swapped(struct lstore *s)
+{
+	struct stat st;
+
+	if (gen_load(s) != s->gen)
+		return true;
+	if (stat(s->datapath, &st) != 0)
+		return true;
+	return st.st_ino != s->data_ino || st.st_dev != s->data_dev;
+}
+
+/*
+ * Close and reopen the environment if it was swapped (or is closed).  The
+ * caller holds no lock on s->rw and no transaction.
+ */
+static int
+env_reopen(struct lstore *s, sg_error *err)
+{
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&s->rw);
+	if (s->env != NULL && !env_swapped(s))
+		goto out;
+	rtxn_drop(s);
+	if (s->env != NULL) {
+		mdb_env_close(s->env);
+		s->env = NULL;
+	}
+	if ((rc = env_open(s, err)) != 0)
+		s->env_rc = rc;
+	else
+		atomic_fetch_add(&s->reopens, 1);
+out:
+	pthread_rwlock_unlock(&s->rw);
+	return rc;
+}
+
+/* Another process grew the map: adopt its size. */
+static void
+env_adopt(struct lstore *s)
+{
+	MDB_envinfo info;
+
+	pthread_rwlock_wrlock(&s->rw);
+	if (s->env != NULL) {
+		rtxn_drop(s);
+		mdb_env_set_mapsize(s->env, 0);
+		if (mdb_env_info(s->env, &info) == 0)
+			s->map_size = info.me_mapsize;
+	}
+	pthread_rwlock_unlock(&s->rw);
+}
+
+/* The map is full: double it, up to the maximum. */
+static int
+env_grow(struct lstore *s, sg_error *err)
+{
+	MDB_envinfo info;
+	uint64_t cur, next;
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&s->rw);
+	if (s->env == NULL) {
+		rc = sg_seterr(err, s->env_rc, "store is closed");
+		goto out;
+	}
+	if ((rc = mdb_env_info(s->env, &info)) != 0) {
+		rc = lerr(err, rc, "mdb_env_info");
+		goto out;
+	}
+	cur = info.me_mapsize;
+	if (cur >= s->o.map_size_max) {
+		rc = sg_seterr(err, SG_EFULL, "store map full at its maximum "
+		    "size (%llu bytes)", (unsigned long long)cur);
+		goto out;
+	}
+	next = cur > s->o.map_size_max / 2 ? s->o.map_size_max : cur * 2;
+	rtxn_drop(s);
+	if ((rc = mdb_env_set_mapsize(s->env, (size_t)next)) != 0) {
+		rc = lerr(err, rc, "cannot grow the map");
+		goto out;
+	}
+	s->map_size = next;
+	atomic_fetch_add(&s->map_grows, 1);
+out:
+	pthread_rwlock_unlock(&s->rw);
+	return rc;
+}
+
+/*
+ * Take s->rw for reading with an open, current environment (reopening it
+ * after a swap).  Returns 0 with the lock held, or an error without it.
+ */
+static int
+env_enter(struct lstore *s, sg_error *err)
+{
+	int rc, tries;
+
+	for (tries = 0; tries < MAX_RETRIES; tries++) {
+		pthread_rwlock_rdlock(&s->rw);
+		if (s->env != NULL && gen_load(s) == s->gen)
+			return 0;
+		pthread_rwlock_unlock(&s->rw);
+		if ((rc = env_reopen(s, err)) != 0)
+			return rc;
+	}
+	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
+}
+
+/* Begin a read transaction (s->rw read-locked).  MDB_MAP_RESIZED passes. */
+static int
+rtxn_get(struct lstore *s, MDB_txn **txn)
+{
+	MDB_txn *t = atomic_exchange(&s->rtxn, NULL);
+	int rc;
+
+	if (t != NULL) {
+		if ((rc = mdb_txn_renew(t)) == 0) {
+			*txn = t;
+			return 0;
+		}
+		mdb_txn_abort(t);
+		return rc;
+	}
+	return mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+}
+
+static void
+rtxn_put(struct lstore *s, MDB_txn *txn)
+{
+	MDB_txn *expect = NULL;
+
+	mdb_txn_reset(txn);
+	if (!atomic_compare_exchange_strong(&s->rtxn, &expect, txn))
+		mdb_txn_abort(txn);
+}
+
+/*
+ * Run fn in a write transaction on the store thread, committing when it
+ * returns 0.  Replays fn after a swap (reopen), a map resize by another
+ * process, or a full map (grown here).  fn must be idempotent apart from
+ * what it writes into the transaction.
+ */
+typedef int txn_fn(struct lstore *s, MDB_txn *txn, void *arg);
+
+static int
+write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
+{
+	MDB_txn *txn;
+	int rc, tries;
+
+	for (tries = 0; tries < MAX_RETRIES; tries++) {
+		if ((rc = env_enter(s, err)) != 0)
+			return rc;
+		rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+		if (rc == MDB_MAP_RESIZED) {
+			pthread_rwlock_unlock(&s->rw);
+			env_adopt(s);
+			continue;
+		}
+		if (rc != 0) {
+			pthread_rwlock_unlock(&s->rw);
+			return lerr(err, rc, "cannot begin a write transaction");
+		}
+		/* Under the writer lock: is data.mdb still our file? */
+		if (env_swapped(s)) {
+			mdb_txn_abort(txn);
+			pthread_rwlock_unlock(&s->rw);
+			if ((rc = env_reopen(s, err)) != 0)
+				return rc;
+			continue;
+		}
+		if ((rc = fn(s, txn, arg)) == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+		pthread_rwlock_unlock(&s->rw);
+		if (rc == MDB_MAP_FULL) {
+			if ((rc = env_grow(s, err)) != 0)
+				return rc;
+			continue;
+		}
+		if (rc == MDB_MAP_RESIZED) {
+			env_adopt(s);
+			continue;
+		}
+		if (rc != 0)
+			return lerr(err, rc, "write transaction");
+		return 0;
+	}
+	return sg_seterr(err, SG_ESTORE, "write transaction: too many retries");
+}
+
+/* --- entries inside a write transaction ------------------------------------ */
+
+static int
+meta_get_u64(struct lstore *s, MDB_txn *txn, const char *name, uint64_t *v)
+{
+	MDB_val k = { strlen(name), (void *)(uintptr_t)name }, d;
+	int rc;
+
+	*v = 0;
+	if ((rc = mdb_get(txn, s->dbi_meta, &k, &d)) == MDB_NOTFOUND)
+		return 0;
+	if (rc == 0 && d.mv_size == 8)
+		memcpy(v, d.mv_data, 8);
+	return rc;
+}
+
+static int
+meta_put_u64(struct lstore *s, MDB_txn *txn, const char *name, uint64_t v)
+{
+	MDB_val k = { strlen(name), (void *)(uintptr_t)name }, d = { 8, &v };
+
+	return mdb_put(txn, s->dbi_meta, &k, &d, 0);
+}
+
+/* Delete digest's entry (both databases); *count drops if it existed. */
+static int
+entry_del(struct lstore *s, MDB_txn *txn, const unsigned char *digest,
+    bool only_expired, uint64_t seen_t, uint64_t now, uint64_t *count)
+{
+	MDB_val k = { SGI_DIGEST_LEN, (void *)(uintptr_t)digest }, v, ik;
+	unsigned char ibuf[IDX_LEN];
+	uint64_t t = 0, seq = 0;
+	int rc;
+
+	if ((rc = mdb_get(txn, s->dbi_main, &k, &v)) != 0)
+		return rc == MDB_NOTFOUND ? 0 : rc;
+	if (v.mv_size >= VAL_HDR) {
+		memcpy(&t, v.mv_data, 8);
+		memcpy(&seq, (const char *)v.mv_data + 8, 8);
+	}
+	if (only_expired && (t != seen_t || !is_expired(s, t, now)))
+		return 0;
+	be64_put(ibuf, t);
+	be64_put(ibuf + 8, seq);
+	ik.mv_size = IDX_LEN;
+	ik.mv_data = ibuf;
+	if ((rc = mdb_del(txn, s->dbi_time, &ik, NULL)) != 0 &&
+	    rc != MDB_NOTFOUND)
+		return rc;
+	if ((rc = mdb_del(txn, s->dbi_main, &k, NULL)) != 0)
+		return rc;
+	(*count)--;
+	return 0;
+}
+
+/* Delete the least recently written entry. */
+static int
+entry_evict_oldest(struct lstore *s, MDB_txn *txn, MDB_cursor *cur,
+    uint64_t *count)
+{
+	MDB_val ik, d, k;
+	int rc;
+
+	if ((rc = mdb_cursor_get(cur, &ik, &d, MDB_FIRST)) != 0)
+		return rc;
+	if (d.mv_size != SGI_DIGEST_LEN)
+		return MDB_CORRUPTED;
+	k.mv_size = SGI_DIGEST_LEN;
+	k.mv_data = d.mv_data;
+	/* The digest lives in the page we are about to change: delete the
+	 * main entry first. */
+	if ((rc = mdb_del(txn, s->dbi_main, &k, NULL)) != 0 &&
+	    rc != MDB_NOTFOUND)
+		return rc;
+	if ((rc = mdb_cursor_del(cur, 0)) != 0)
+		return rc;
+	(*count)--;
+	return 0;
+}
+
+static int
+entry_put(struct lstore *s, MDB_txn *txn, const struct op *op, uint64_t seq,
+    uint64_t *count)
+{
+	MDB_val k = { SGI_DIGEST_LEN, (void *)(uintptr_t)op->digest }, v, ik, d;
+	unsigned char vbuf[VAL_HDR + SG_ID_MAX], ibuf[IDX_LEN];
+	int rc;
+
+	if ((rc = mdb_get(txn, s->dbi_main, &k, &v)) == 0) {
+		uint64_t ot = 0, oseq = 0;
+
+		if (v.mv_size >= VAL_HDR) {
+			memcpy(&ot, v.mv_data, 8);
+			memcpy(&oseq, (const char *)v.mv_data + 8, 8);
+		}
+		be64_put(ibuf, ot);
+		be64_put(ibuf + 8, oseq);
+		ik.mv_size = IDX_LEN;
+		ik.mv_data = ibuf;
+		if ((rc = mdb_del(txn, s->dbi_time, &ik, NULL)) != 0 &&
+		    rc != MDB_NOTFOUND)
+			return rc;
+	} else if (rc == MDB_NOTFOUND)
+		(*count)++;
+	else
+		return rc;
+	memcpy(vbuf, &op->t, 8);
+	memcpy(vbuf + 8, &seq, 8);
+	memcpy(vbuf + VAL_HDR, op->id, op->id_len);
+	v.mv_size = VAL_HDR + op->id_len;
+	v.mv_data = vbuf;
+	if ((rc = mdb_put(txn, s->dbi_main, &k, &v, 0)) != 0)
+		return rc;
+	be64_put(ibuf, op->t);
+	be64_put(ibuf + 8, seq);
+	ik.mv_size = IDX_LEN;
+	ik.mv_data = ibuf;
+	d.mv_size = SGI_DIGEST_LEN;
+	d.mv_data = (void *)(uintptr_t)op->digest;
+	return mdb_put(txn, s->dbi_time, &ik, &d, 0);
+}
+
+struct batch {
+	const struct op	*ops;
+	size_t		 n;
+	uint64_t	 now;
+};
+
+static int
+apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
+{
+	struct batch *b = arg;
+	MDB_cursor *cur = NULL;
+	MDB_stat ms;
+	uint64_t seq, count;
+	size_t i;
+	int rc;
+
+	if ((rc = meta_get_u64(s, txn, "seq", &seq)) != 0 ||
+	    (rc = mdb_stat(txn, s->dbi_main, &ms)) != 0)
+		return rc;
+	count = ms.ms_entries;
+	for (i = 0; i < b->n && rc == 0; i++) {
+		const struct op *op = &b->ops[i];
+
+		switch (op->kind) {
+		case OP_PUT:
+			rc = entry_put(s, txn, op, ++seq, &count);
+			while (rc == 0 && count > s->o.max_entries) {
+				if (cur == NULL &&
+				    (rc = mdb_cursor_open(txn, s->dbi_time,
+				    &cur)) != 0)
+					break;
+				rc = entry_evict_oldest(s, txn, cur, &count);
+			}
+			break;
+		case OP_DEL:
+			rc = entry_del(s, txn, op->digest, false, 0, 0, &count);
+			break;
+		case OP_EXPIRE:
+			rc = entry_del(s, txn, op->digest, true, op->t, b->now,
+			    &count);
+			break;
+		}
+	}
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	if (rc == 0)
+		rc = meta_put_u64(s, txn, "seq", seq);
+	return rc;
+}
+
+/* Compaction, first half: expired entries, then capacity, from the front. */
+struct sweep {
+	uint64_t	now;
+	size_t		limit;
+	uint64_t	expired, evicted;	/* this transaction */
+	uint64_t	entries;		/* after it */
+	bool		more;
+};
+
+static int
+sweep_fn(struct lstore *s, MDB_txn *txn, void *arg)
+{
+	struct sweep *sw = arg;
+	MDB_cursor *cur = NULL;
+	MDB_stat ms;
+	MDB_val ik, d;
+	uint64_t count;
+	size_t n = 0;
+	int rc;
+
+	sw->expired = sw->evicted = 0;
+	sw->more = false;
+	if ((rc = mdb_stat(txn, s->dbi_main, &ms)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->dbi_time, &cur)) != 0)
+		return rc;
+	count = ms.ms_entries;
+	while (n < sw->limit) {
+		bool expired;
+
+		rc = mdb_cursor_get(cur, &ik, &d, MDB_FIRST);
+		if (rc == MDB_NOTFOUND) {
+			rc = 0;
+			break;
+		}
+		if (rc != 0)
+			break;
+		if (ik.mv_size != IDX_LEN) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		expired = is_expired(s, be64_get(ik.mv_data), sw->now);
+		if (!expired && count <= s->o.max_entries)
+			break;
+		if ((rc = entry_evict_oldest(s, txn, cur, &count)) != 0)
+			break;
+		if (expired)
+			sw->expired++;
+		else
+			sw->evicted++;
+		n++;
+	}
+	mdb_cursor_close(cur);
+	sw->more = rc == 0 && n == sw->limit;
+	sw->entries = count;
+	return rc;
+}
+
+/* Commit one dummy change so that the last transaction id moves on. */
+static int
+pad_fn(struct lstore *s, MDB_txn *txn, void *arg)
+{
+	(void)arg;
+	return meta_put_u64(s, txn, "pad", mdb_txn_id(txn));
+}
+
+/* --- the store thread -------------------------------------------------------- */
+
+static void
+process(struct lstore *s, const struct op *ops, size_t n)
+{
+	size_t off, chunk;
+
+	for (off = 0; off < n; off += chunk) {
+		struct batch b;
+		sg_store_commit ci;
+		sg_error e;
+		int rc;
+
+		chunk = n - off < s->o.batch_max ? n - off : s->o.batch_max;
+		b.ops = ops + off;
+		b.n = chunk;
+		b.now = sgi_store_now(&s->o);
+		sg_error_clear(&e);
+		rc = write_txn(s, apply_batch, &b, &e);
+		if (rc == 0)
+			s->dirty = true;
+		ci.ops = chunk;
+		ci.ops_done = s->done + chunk;
+		ci.committed = s->committed + (rc == 0 ? chunk : 0);
+		ci.rc = rc;
+		/* Report before waking flushers, so a caller that flushes
+		 * has seen every report when flush returns. */
+		if (s->o.on_commit != NULL)
+			s->o.on_commit(&ci, s->o.commit_arg);
+		pthread_mutex_lock(&s->mu);
+		s->done += chunk;
+		if (rc == 0) {
+			s->committed += chunk;
+			s->commits++;
+		} else {
+			s->failed += chunk;
+			if (s->flush_rc == 0) {
+				s->flush_rc = rc;
+				s->flush_err = e;
+			}
+		}
+		pthread_cond_broadcast(&s->done_cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+static int do_compact(struct lstore *, sg_store_compact_result *, sg_error *);
+
+static void
+periodic(struct lstore *s, bool force_sync)
+{
+	uint64_t now = mono_ms();
+	int dead = 0;
+
+	if (s->dirty && (force_sync || (s->o.sync_interval_ms > 0 &&
+	    now - s->last_sync >= s->o.sync_interval_ms))) {
+		if (!s->o.sync && env_enter(s, NULL) == 0) {
+			mdb_env_sync(s->env, 1);
+			pthread_rwlock_unlock(&s->rw);
+		}
+		s->dirty = false;
+		s->last_sync = now;
+	}
+	if (now - s->last_check >= READER_CHECK_MS) {
+		if (env_enter(s, NULL) == 0) {
+			if (mdb_reader_check(s->env, &dead) == 0 && dead > 0)
+				atomic_fetch_add(&s->stale_readers,
+				    (uint32_t)dead);
+			pthread_rwlock_unlock(&s->rw);
+		}
+		s->last_check = now;
+	}
+}
+
+static void *
+store_main(void *arg)
+{
+	struct lstore *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct op *tmp;
+		struct job *job;
+		size_t n, cap;
+
+		while (s->qlen == 0 && s->job == NULL && !s->stop) {
+			uint64_t now = mono_ms(), due;
+			struct timespec ts;
+			int rc;
+
+			due = s->last_check + READER_CHECK_MS;
+			if (s->dirty && s->o.sync_interval_ms > 0 &&
+			    s->last_sync + s->o.sync_interval_ms < due)
+				due = s->last_sync + s->o.sync_interval_ms;
+			if (due <= now)
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += (time_t)((due - now) / 1000);
+			ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			s->idle = true;
+			rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+			s->idle = false;
+			if (rc == ETIMEDOUT)
+				break;
+		}
+		if (s->stop && s->qlen == 0 && s->job == NULL)
+			break;
+		n = s->qlen;
+		tmp = s->q;
+		cap = s->qcap;
+		s->q = s->w;
+		s->qcap = s->wcap;
+		s->w = tmp;
+		s->wcap = cap;
+		s->qlen = 0;
+		job = s->job;
+		pthread_mutex_unlock(&s->mu);
+
+		if (n > 0)
+			process(s, s->w, n);
+		if (job != NULL) {
+			job->rc = do_compact(s, job->r, &job->err);
+			pthread_mutex_lock(&s->mu);
+			job->done = true;
+			s->job = NULL;
+			pthread_cond_broadcast(&s->done_cv);
+			pthread_mutex_unlock(&s->mu);
+		}
+		periodic(s, false);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	periodic(s, true);
+	return NULL;
+}
+
+static int
+enqueue(struct lstore *s, const struct op *op, sg_error *err)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&s->mu);
+	if (s->stop) {
+		rc = sg_seterr(err, EPIPE, "store is closing");
+		goto out;
+	}
+	if (s->qlen == s->qcap) {
+		size_t ncap = s->qcap == 0 ? 256 : s->qcap * 2;
+		struct op *nq;
+
+		if (s->qcap >= s->o.queue_max) {
+			rc = sg_seterr(err, EAGAIN, "store queue full "
+			    "(%zu operations)", s->qcap);
+			goto out;
+		}
+		if (ncap > s->o.queue_max)
+			ncap = s->o.queue_max;
+		if ((nq = realloc(s->q, ncap * sizeof(*nq))) == NULL) {
+			rc = sg_seterr(err, SG_ENOMEM, "out of memory");
+			goto out;
+		}
+		s->q = nq;
+		s->qcap = ncap;
+	}
+	memcpy(&s->q[s->qlen], op, offsetof(struct op, id) + op->id_len);
+	s->qlen++;
+	s->enq++;
+	if (s->idle)
+		pthread_cond_signal(&s->work_cv);
+out:
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* --- compaction -------------------------------------------------------------- */
+
+static uint64_t
+file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Open the copy read-only without a lock file and check it. */
+static int
+verify_copy(struct lstore *s, uint64_t txnid, uint64_t entries, sg_error *err)
+{
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_envinfo info;
+	MDB_stat ms;
+	MDB_dbi dbi;
+	int rc;
+
+	if ((rc = mdb_env_create(&env)) != 0 ||
+	    (rc = mdb_env_set_maxdbs(env, 4)) != 0 ||
+	    (rc = mdb_env_open(env, s->tmppath,
+	    MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK, 0640)) != 0 ||
+	    (rc = mdb_env_info(env, &info)) != 0 ||
+	    (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) != 0 ||
+	    (rc = mdb_dbi_open(txn, DB_MAIN, 0, &dbi)) != 0 ||
+	    (rc = mdb_stat(txn, dbi, &ms)) != 0) {
+		rc = lerr(err, rc, "cannot check the compacted copy");
+		goto out;
+	}
+	if ((info.me_last_txnid & 1) != (txnid & 1) || ms.ms_entries != entries) {
+		rc = sg_seterr(err, SG_ESTORE, "compacted copy is not what was "
+		    "expected (txnid %zu for %llu, %zu entries for %llu)",
+		    info.me_last_txnid, (unsigned long long)txnid,
+		    ms.ms_entries, (unsigned long long)entries);
+		goto out;
+	}
+out:
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return rc;
+}
+
+/* Copy-compact and swap (protocol at the top of this file). */
+static int
+compact_swap(struct lstore *s, uint64_t *generation, sg_error *err)
+{
+	MDB_txn *w = NULL;
+	MDB_stat ms;
+	uint64_t last;
+	int rc, fd = -1, tries;
+
+	for (tries = 0; tries < MAX_RETRIES; tries++) {
+		if ((rc = env_enter(s, err)) != 0)
+			return rc;
+		rc = mdb_txn_begin(s->env, NULL, 0, &w);
+		if (rc == MDB_MAP_RESIZED) {
+			pthread_rwlock_unlock(&s->rw);
+			env_adopt(s);
+			continue;
+		}
+		if (rc != 0) {
+			pthread_rwlock_unlock(&s->rw);
+			return lerr(err, rc, "cannot begin a write transaction");
+		}
+		if (env_swapped(s)) {
+			mdb_txn_abort(w);
+			pthread_rwlock_unlock(&s->rw);
+			if ((rc = env_reopen(s, err)) != 0)
+				return rc;
+			continue;
+		}
+		last = mdb_txn_id(w) - 1;
+		if ((last & 1) == 0) {
+			/* Make the last committed id odd, then start again. */
+			mdb_txn_abort(w);
+			pthread_rwlock_unlock(&s->rw);
+			if ((rc = write_txn(s, pad_fn, NULL, err)) != 0)
+				return rc;
+			continue;
+		}
+		break;
+	}
+	if (tries == MAX_RETRIES)
+		return sg_seterr(err, SG_ESTORE, "compaction: too many retries");
+
+	/* W holds the writer lock from here to the end. */
+	if ((rc = mdb_stat(w, s->dbi_main, &ms)) != 0) {
+		rc = lerr(err, rc, "mdb_stat");
+		goto out;
+	}
+	if (unlink(s->tmppath) != 0 && errno != ENOENT) {
+		rc = sg_seterr(err, errno, "cannot remove '%s': %s",
+		    s->tmppath, strerror(errno));
+		goto out;
+	}
+	fd = open(s->tmppath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		rc = sg_seterr(err, errno, "cannot create '%s': %s",
+		    s->tmppath, strerror(errno));
+		goto out;
+	}
+	if ((rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT)) != 0) {
+		rc = lerr(err, rc, "compacting copy");
+		goto out_unlink;
+	}
+	if (fsync(fd) != 0 || close(fd) != 0) {
+		fd = -1;
+		rc = sg_seterr(err, errno, "cannot write '%s': %s",
+		    s->tmppath, strerror(errno));
+		goto out_unlink;
+	}
+	fd = -1;
+	if ((rc = verify_copy(s, last, ms.ms_entries, err)) != 0)
+		goto out_unlink;
+	if (rename(s->tmppath, s->datapath) != 0) {
+		rc = sg_seterr(err, errno, "cannot rename '%s': %s",
+		    s->tmppath, strerror(errno));
+		goto out_unlink;
+	}
+	/* The rename is done: the swap stands even if fsync fails. */
+	fsync_dir(s->dir);
+	*generation = __atomic_add_fetch(s->genp, 1, __ATOMIC_SEQ_CST);
+	goto out;
+out_unlink:
+	if (fd >= 0)
+		close(fd);
+	unlink(s->tmppath);
+out:
+	mdb_txn_abort(w);	/* W wrote nothing: release the writer lock */
+	pthread_rwlock_unlock(&s->rw);
+	return rc;
+}
+
+static int
+do_compact(struct lstore *s, sg_store_compact_result *r, sg_error *err)
+{
+	struct sweep sw;
+	uint64_t gen = 0;
+	int rc;
+
+	memset(&sw, 0, sizeof(sw));
+	r->bytes_before = file_size(s->datapath);
+	do {
+		sw.now = sgi_store_now(&s->o);
+		sw.limit = s->o.batch_max;
+		if ((rc = write_txn(s, sweep_fn, &sw, err)) != 0)
+			return rc;
+		r->expired += sw.expired;
+		r->evicted += sw.evicted;
+		s->dirty = true;
+	} while (sw.more);
+	if ((rc = compact_swap(s, &gen, err)) != 0)
+		return rc;
+	r->swapped = true;
+	if ((rc = env_reopen(s, err)) != 0)
+		return rc;
+	r->entries = sw.entries;
+	r->bytes_after = file_size(s->datapath);
+	r->generation = gen;
+	return 0;
+}
+
+/* --- the backend operations ------------------------------------------------- */
+
+static int
+lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
+{
+	struct lstore *s = be;
+	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
+	MDB_txn *txn;
+	uint64_t now, t = 0, seq;
+	const char *id;
+	size_t id_len;
+	bool hit = false;
+	int rc, tries;
+
+	now = sgi_store_now(&s->o);
+	for (tries = 0;; tries++) {
+		if ((rc = env_enter(s, err)) != 0)
+			return rc;
+		rc = rtxn_get(s, &txn);
+		if (rc == MDB_MAP_RESIZED && tries < MAX_RETRIES) {
+			pthread_rwlock_unlock(&s->rw);
+			env_adopt(s);
+			continue;
+		}
+		if (rc != 0) {
+			pthread_rwlock_unlock(&s->rw);
+			return lerr(err, rc, "read transaction");
+		}
+		break;
+	}
+	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
+		hit = true;
+		entry_fill(out, k->digest, t, id, id_len, now);
+	}
+	rtxn_put(s, txn);
+	pthread_rwlock_unlock(&s->rw);
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return lerr(err, rc, "lookup");
+	if (!hit)
+		return SG_ENOTFOUND;
+	if (is_expired(s, t, now)) {
+		struct op op;
+
+		op.kind = OP_EXPIRE;
+		op.t = t;
+		op.id_len = 0;
+		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
+		(void)enqueue(s, &op, NULL);	/* best effort */
+		return SG_ENOTFOUND;
+	}
+	return 0;
+}
+
+static int
+lm_put(void *be, const sgi_lckey *k, const char *id, size_t id_len,
+    uint64_t written_ms, sg_error *err)
+{
+	struct op op;
+
+	op.kind = OP_PUT;
+	op.t = written_ms;
+	op.id_len = (uint16_t)id_len;
+	memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
+	memcpy(op.id, id, id_len);
+	return enqueue(be, &op, err);
+}
+
+static int
+lm_del(void *be, const sgi_lckey *k, sg_error *err)
+{
+	struct op op;
+
+	op.kind = OP_DEL;
+	op.t = 0;
+	op.id_len = 0;
+	memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
+	return enqueue(be, &op, err);
+}
+
+static int
+lm_flush(void *be, sg_error *err)
+{
+	struct lstore *s = be;
+	uint64_t target;
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	target = s->enq;
+	if (s->idle)
+		pthread_cond_signal(&s->work_cv);
+	while (s->done < target)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	rc = s->flush_rc;
+	if (rc != 0 && err != NULL)
+		*err = s->flush_err;
+	s->flush_rc = 0;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static int
+lm_iterate(void *be, bool all, sg_store_iter_fn *fn, void *arg, sg_error *err)
+{
+	struct lstore *s = be;
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_val ik, d, v;
+	MDB_cursor_op op = MDB_FIRST;
+	sg_store_entry e;
+	uint64_t now = sgi_store_now(&s->o);
+	int rc;
+
+	if ((rc = env_enter(s, err)) != 0)
+		return rc;
+	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->dbi_time, &cur)) != 0) {
+		rc = lerr(err, rc, "read transaction");
+		goto out;
+	}
+	for (;; op = MDB_NEXT) {
+		uint64_t t, seq;
+		const char *id;
+		size_t id_len;
+
+		if ((rc = mdb_cursor_get(cur, &ik, &d, op)) != 0)
+			break;
+		if (d.mv_size != SGI_DIGEST_LEN)
+			continue;
+		if (mdb_get(txn, s->dbi_main, &d, &v) != 0 ||
+		    !val_decode(&v, &t, &seq, &id, &id_len))
+			continue;
+		if (!all && is_expired(s, t, now))
+			continue;
+		entry_fill(&e, d.mv_data, t, id, id_len, now);
+		if ((rc = fn(&e, arg)) != 0)
+			goto out;
+	}
+	rc = rc == MDB_NOTFOUND ? 0 : lerr(err, rc, "iterate");
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	pthread_rwlock_unlock(&s->rw);
+	return rc;
+}
+
+static int
+count_reader(const char *msg, void *ctx)
+{
+	/* One line per live slot, after a header line. */
+	if (strstr(msg, "pid") == NULL && strstr(msg, "no active") == NULL)
+		(*(uint32_t *)ctx)++;
+	return 0;
+}
+
+static int
+lm_stats(void *be, sg_store_stats *st, sg_error *err)
+{
+	struct lstore *s = be;
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_envinfo info;
+	MDB_stat ms, es;
+	MDB_val ik, d;
+	MDB_cursor_op op = MDB_FIRST;
+	struct stat fst;
+	uint64_t now = sgi_store_now(&s->o);
+	int rc, fd;
+
+	if ((rc = env_enter(s, err)) != 0)
+		return rc;
+	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0 ||
+	    (rc = mdb_stat(txn, s->dbi_main, &ms)) != 0 ||
+	    (rc = mdb_env_info(s->env, &info)) != 0 ||
+	    (rc = mdb_env_stat(s->env, &es)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->dbi_time, &cur)) != 0) {
+		rc = lerr(err, rc, "stats");
+		goto out;
+	}
+	st->entries = ms.ms_entries;
+	for (;; op = MDB_NEXT) {
+		uint64_t t;
+
+		if ((rc = mdb_cursor_get(cur, &ik, &d, op)) != 0)
+			break;
+		if (ik.mv_size != IDX_LEN)
+			continue;
+		t = be64_get(ik.mv_data);
+		if (op == MDB_FIRST)
+			st->oldest_age_ms = now > t ? now - t : 0;
+		if (!is_expired(s, t, now))
+			break;
+		st->expired++;
+	}
+	if (rc != 0 && rc != MDB_NOTFOUND) {
+		rc = lerr(err, rc, "stats");
+		goto out;
+	}
+	rc = 0;
+	st->map_size = info.me_mapsize;
+	st->page_size = es.ms_psize;
+	st->map_used = ((uint64_t)info.me_last_pgno + 1) * es.ms_psize;
+	st->last_txnid = info.me_last_txnid;
+	st->max_readers = info.me_maxreaders;
+	mdb_reader_list(s->env, count_reader, &st->readers_used);
+	if (mdb_env_get_fd(s->env, &fd) == 0 && fstat(fd, &fst) == 0)
+		st->file_size = (uint64_t)fst.st_size;
+	st->generation = s->gen;
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	pthread_rwlock_unlock(&s->rw);
+	if (rc != 0)
+		return rc;
+	st->stale_readers = atomic_load(&s->stale_readers);
+	st->map_grows = atomic_load(&s->map_grows);
+	st->reopens = atomic_load(&s->reopens);
+	pthread_mutex_lock(&s->mu);
+	st->queued = s->enq - s->done;
+	st->committed = s->committed;
+	st->failed = s->failed;
+	st->commits = s->commits;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static int
+lm_compact(void *be, sg_store_compact_result *r, sg_error *err)
+{
+	struct lstore *s = be;
+	struct job job;
+
+	memset(&job, 0, sizeof(job));
+	job.r = r;
+	pthread_mutex_lock(&s->job_mu);
+	pthread_mutex_lock(&s->mu);
+	s->job = &job;
+	if (s->idle)
+		pthread_cond_signal(&s->work_cv);
+	while (!job.done)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&s->job_mu);
+	if (job.rc != 0 && err != NULL)
+		*err = job.err;
+	return job.rc;
+}
+
+static void
+lm_free(struct lstore *s)
+{
+	rtxn_drop(s);
+	if (s->env != NULL)
+		mdb_env_close(s->env);
+	if (s->genp != NULL)
+		munmap(s->genp, 4096);
+	if (s->genfd >= 0)
+		close(s->genfd);
+	pthread_rwlock_destroy(&s->rw);
+	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->job_mu);
+	pthread_cond_destroy(&s->work_cv);
+	pthread_cond_destroy(&s->done_cv);
+	free(s->q);
+	free(s->w);
+	free(s->dir);
+	free(s->datapath);
+	free(s->tmppath);
+	free(s->genpath);
+	free(s);
+}
+
+static void
+lm_close(void *be)
+{
+	struct lstore *s = be;
+
+	if (s->thr_started) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_cond_signal(&s->work_cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thr, NULL);
+	}
+	reg_del(s->dir_dev, s->dir_ino);
+	lm_free(s);
+}
+
+static const struct sgi_store_ops lmdb_ops = {
+	.name = "lmdb",
+	.lookup = lm_lookup,
+	.put = lm_put,
+	.del = lm_del,
+	.flush = lm_flush,
+	.iterate = lm_iterate,
+	.stats = lm_stats,
+	.compact = lm_compact,
+	.close = lm_close,
+};
+
+static char *
+path_join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = malloc(n);
+
+	if (p != NULL)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+int
+sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
+    const sg_store_opts *o, sg_error *err)
+{
+	struct lstore *s;
+	pthread_rwlockattr_t ra;
+	pthread_condattr_t ca;
+	struct stat st;
+	bool registered = false;
+	int rc = 0;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	s->o = *o;
+	s->genfd = -1;
+	atomic_init(&s->rtxn, NULL);
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra,
+	    PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&s->rw, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->job_mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->work_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&s->done_cv, NULL);
+	if ((s->dir = strdup(o->path)) == NULL ||
+	    (s->datapath = path_join(o->path, DATA_FILE)) == NULL ||
+	    (s->tmppath = path_join(o->path, COMPACT_FILE)) == NULL ||
+	    (s->genpath = path_join(o->path, GEN_FILE)) == NULL) {
+		rc = sg_seterr(err, SG_ENOMEM, "out of memory");
+		goto fail;
+	}
+	s->o.path = s->dir;
+	s->map_size = o->map_size;
+	if (o->create && (rc = mkdirs(s->dir)) != 0) {
+		rc = sg_seterr(err, rc, "cannot create store '%s': %s", s->dir,
+		    strerror(rc));
+		goto fail;
+	}
+	if (stat(s->dir, &st) != 0)
+		rc = errno;
+	else if (!S_ISDIR(st.st_mode))
+		rc = ENOTDIR;
+	if (rc != 0) {
+		rc = sg_seterr(err, rc, "cannot open store '%s': %s", s->dir,
+		    strerror(rc));
+		goto fail;
+	}
+	if (!o->create && access(s->datapath, F_OK) != 0) {
+		rc = sg_seterr(err, errno, "cannot open store '%s': %s",
+		    s->dir, strerror(errno));
+		goto fail;
+	}
+	s->dir_dev = st.st_dev;
+	s->dir_ino = st.st_ino;
+	if ((rc = reg_add(st.st_dev, st.st_ino)) != 0) {
+		rc = sg_seterr(err, rc, "store '%s' is already open in this "
+		    "process", s->dir);
+		goto fail;
+	}
+	registered = true;
+	if ((rc = gen_open(s, err)) != 0)
+		goto fail;
+	if ((rc = env_open(s, err)) != 0)
+		goto fail;
+	s->last_sync = s->last_check = mono_ms();
+	if ((rc = pthread_create(&s->thr, NULL, store_main, s)) != 0) {
+		rc = sg_seterr(err, rc, "cannot start the store thread: %s",
+		    strerror(rc));
+		goto fail;
+	}
+	s->thr_started = true;
+	*bep = s;
+	*ops = &lmdb_ops;
+	return 0;
+fail:
+	if (registered)
+		reg_del(s->dir_dev, s->dir_ino);
+	lm_free(s);
+	return rc;
+}
