@@ -667,3 +667,23 @@ random_stream() {
 		[ "$(js 'map(del(.session_state, .promoted, .selection)) | [range(0; length; 2) as $i | .[$i] == .[$i + 1]] | all')" = false ]
 	done
 }
+
+# --- documentation and the demo ----------------------------------------------
+
+@test "the README example prints what the README says" {
+	root=$BATS_TEST_DIRNAME/../..
+	run -0 --separate-stderr "$ROUTE" -c "$root/tools/demo/lb-config.json" \
+	    -s "$root/tools/demo/fleet-east-drained.json" --explain "$root/tools/demo/session-next.json"
+	got=$(jq -c '{decision, cluster_id, session_state, selection, order: .explain.effective_order}' <<<"$output")
+	grep -qxF "    $got" "$root/README.md"
+}
+
+@test "the demo (make demo) runs to the end and shows new and returning placements" {
+	root=$BATS_TEST_DIRNAME/../..
+	run -0 --separate-stderr env O="${BIN%/bin}" "$root/tools/demo.sh"
+	[[ $output == *"select us-west"*"[new, fallback]"* ]]
+	[[ $output == *"[returning, promoted, primary]"* ]]
+	[[ $output == *"pulsar-wait-and-widen  flag on   10 to us-west"* ]]
+	[[ $output == *"pulsar-wait-and-widen  flag off  10 to us-east"* ]]
+	[ -z "$stderr" ]
+}
