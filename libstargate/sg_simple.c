@@ -280,51 +280,123 @@ pulsar_scores(const sgi_ctx *x, double *score)
 	return nr;
 }
 
+/* Insertion sort of candidate indices by the exact ranking rule. */
 static void
-sift_down(const sg_snapshot *s, const double *score, size_t *a, size_t root,
-    size_t n)
-{
-	size_t child, t;
-
-	/* A max-heap of "ranks later" puts the last-ranked at the root. */
-	while ((child = 2 * root + 1) < n) {
-		if (child + 1 < n && ranks_before(s, score, a[child], a[child + 1]))
-			child++;
-		if (!ranks_before(s, score, a[root], a[child]))
-			return;
-		t = a[root];
-		a[root] = a[child];
-		a[child] = t;
-		root = child;
-	}
-}
-
-/* Sort a[0..n) into ranking order without allocating. */
-static void
-rank_sort(const sg_snapshot *s, const double *score, size_t *a, size_t n)
+rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
 {
 	size_t i, j, t;
 
-	if (n <= 32) {
-		for (i = 1; i < n; i++) {
-			t = a[i];
-			for (j = i; j > 0 && ranks_before(s, score, t, a[j - 1]);
-			    j--)
-				a[j] = a[j - 1];
-			a[j] = t;
-		}
-		return;
-	}
-	for (i = n / 2; i-- > 0;)
-		sift_down(s, score, a, i, n);
-	for (i = n; i-- > 1;) {
-		t = a[0];
-		a[0] = a[i];
-		a[i] = t;
-		sift_down(s, score, a, 0, i);
+	for (i = 1; i < n; i++) {
+		t = a[i];
+		for (j = i; j > 0 && ranks_before(s, score, t, a[j - 1]); j--)
+			a[j] = a[j - 1];
+		a[j] = t;
 	}
 }
 
+#if SIZE_MAX >= UINT64_MAX
+/*
+ * Ranking sort.  Scores are positive doubles (or +inf), whose IEEE bit
+ * patterns order like the values, so ~bits orders them descending.  Each
+ * entry is packed into one word: the top 52 bits of ~bits, then the
+ * candidate index in the low KEY_IDX_BITS bits (indices < SG_MAX_CANDIDATES).
+ * Sorting the words is plain integer sorting: insertion sort for short
+ * lists, an LSD radix sort over bytes (skipping bytes every key shares)
+ * above.  Dropping the low 12 score bits can merge distinct scores into
+ * equal keys but never reorders them, so a final pass re-sorts each run of
+ * equal keys by the exact rule (score descending, then cluster id).  The
+ * keys live in order[] itself; the radix sort borrows idx or idx2.
+ */
+#define KEY_IDX_BITS	12
+#define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
+#define RADIX_MIN	64
+
+_Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
+    "candidate indices must fit in the key's low bits");
+
+static size_t
+rank_key(double score, size_t i)
+{
+	uint64_t b;
+
+	memcpy(&b, &score, sizeof b);
+	return ((size_t)~b & ~KEY_IDX_MASK) | i;
+}
+
+static void
+insertion_keys(size_t *a, size_t n)
+{
+	size_t i, j, t;
+
+	for (i = 1; i < n; i++) {
+		t = a[i];
+		for (j = i; j > 0 && a[j - 1] > t; j--)
+			a[j] = a[j - 1];
+		a[j] = t;
+	}
+}
+
+/* LSD radix sort of a[0..n) using tmp[0..n); result in a. */
+static void
+radix_keys(size_t *a, size_t *tmp, size_t n)
+{
+	uint32_t hist[8][256];
+	size_t *src = a, *dst = tmp, *t, i;
+	int b, d;
+
+	memset(hist, 0, sizeof hist);
+	for (i = 0; i < n; i++)
+		for (b = 0; b < 8; b++)
+			hist[b][(a[i] >> (8 * b)) & 0xff]++;
+	for (b = 0; b < 8; b++) {
+		uint32_t *h = hist[b], sum = 0, c;
+
+		if (h[(src[0] >> (8 * b)) & 0xff] == n)
+			continue;	/* every key has this byte */
+		for (d = 0; d < 256; d++) {
+			c = h[d];
+			h[d] = sum;
+			sum += c;
+		}
+		for (i = 0; i < n; i++)
+			dst[h[(src[i] >> (8 * b)) & 0xff]++] = src[i];
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != a)
+		memcpy(a, src, n * sizeof *a);
+}
+
+size_t
+sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+{
+	double *score = x->scratch->d1;
+	size_t i, j, k, nr = 0, base;
+
+	pulsar_scores(x, score);
+	for (i = 0; i < x->n; i++)
+		if (score[i] > 0)
+			order[nr++] = rank_key(score[i], i);
+	if (nr < RADIX_MIN)
+		insertion_keys(order, nr);
+	else
+		radix_keys(order, order == x->scratch->idx2 ?
+		    x->scratch->idx : x->scratch->idx2, nr);
+	/* unpack, run by run of equal truncated keys */
+	for (i = 0; i < nr; i = j) {
+		base = order[i] & ~KEY_IDX_MASK;
+		for (j = i + 1; j < nr && (order[j] & ~KEY_IDX_MASK) == base;
+		    j++)
+			;
+		for (k = i; k < j; k++)
+			order[k] &= KEY_IDX_MASK;
+		if (j - i > 1)
+			rank_insertion(x->snap, score, order + i, j - i);
+	}
+	return nr;
+}
+#else
 size_t
 sgi_pulsar_rank(sgi_ctx *x, size_t *order)
 {
@@ -335,9 +407,10 @@ sgi_pulsar_rank(sgi_ctx *x, size_t *order)
 	for (i = 0; i < x->n; i++)
 		if (score[i] > 0)
 			order[nr++] = i;
-	rank_sort(x->snap, score, order, nr);
+	rank_insertion(x->snap, score, order, nr);
 	return nr;
 }
+#endif
 
 int
 sgi_pulsar_feasible(sgi_ctx *x, size_t i)

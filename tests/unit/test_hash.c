@@ -178,9 +178,18 @@ test_pulsar_score_is_weight_over_minus_ln_u(void **state)
 	double s = 0, u;
 
 	(void)state;
-	u = (1234567.0 + 1.0) / ((double)UINT64_MAX + 2.0);
-	assert_true(sgi_pulsar_score(1234567, 100, &s));
-	assert_near(s, 100 / -log(u), 1e-9);
+	static const uint64_t hs[] = { 1234567, 1ULL << 53, (1ULL << 53) + 1,
+	    0x19443c44ec9f8abfULL, UINT64_MAX - 4096, UINT64_MAX - 1 };
+	size_t i;
+
+	/* bit-exact against the formula of ref §4.6 */
+	for (i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+		u = ((double)hs[i] + 1.0) / ((double)UINT64_MAX + 2.0);
+		if (!(-log(u) > 0))
+			continue;
+		assert_true(sgi_pulsar_score(hs[i], 100, &s));
+		assert_true(s == 100 / -log(u));
+	}
 	assert_true(sgi_pulsar_score(0, 1, &s));
 	assert_near(s, 1 / -log(1.0 / ((double)UINT64_MAX + 2.0)), 1e-12);
 	/* h = UINT64_MAX gives u = 1, e = 0: unranked */

@@ -597,9 +597,10 @@ hand_score(const fx *f, const char *id, double w)
 static size_t
 hand_rank(const fx *f, size_t *order)
 {
-	double sc[64];
+	double sc[512];
 	size_t n = sg_snapshot_count(f->snap), i, j, nr = 0, t;
 
+	assert_true(n <= 512);
 	for (i = 0; i < n; i++) {
 		const sg_cluster *c = sg_snapshot_get(f->snap, i);
 		double w = f->def.rendezvous_weight ==
@@ -648,15 +649,16 @@ pulsar_fx(size_t n, const char *key)
 static void
 test_pulsar_rank_orders_by_descending_score(void **state)
 {
-	size_t want[64], got[64], nr, k;
+	static const size_t sizes[] = { 7, 63, 64, 200, 300 };
+	size_t want[512], got[512], nr, k;
 	unsigned key;
 	char kb[32];
 
 	(void)state;
-	/* small (insertion sort) and large (heap sort) rankings */
-	for (k = 0; k < 2; k++)
+	/* short (insertion sort) and long (radix sort) rankings */
+	for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
 		for (key = 0; key < 20; key++) {
-			fx *f = pulsar_fx(k == 0 ? 7 : 60, kb);
+			fx *f = pulsar_fx(sizes[k], kb);
 
 			snprintf(kb, sizeof kb, "prefix-%u", key);
 			fx_ready(f);
@@ -700,6 +702,58 @@ test_pulsar_rank_ties_by_cluster_id(void **state)
 	assert_int_equal(got[0], 2);	/* "a" */
 	assert_int_equal(got[1], 1);	/* "b" */
 	assert_int_equal(got[2], 0);	/* "zz" */
+	fx_free(f);
+}
+
+/* A weight for cluster id that gives exactly the score target. */
+static double
+weight_for(const fx *f, const char *id, double target)
+{
+	double w = target / hand_score(f, id, 1.0), sb;
+	int tries;
+
+	for (tries = 0; tries < 1000; tries++) {
+		sb = hand_score(f, id, w);
+		if (sb == target)
+			return w;
+		w = sb < target ? nextafter(w, INFINITY) : nextafter(w, 0);
+	}
+	fail_msg("no weight gives score %.17g for %s", target, id);
+	return 0;
+}
+
+/*
+ * In a long ranking (radix path): an exact tie ranks by id; scores one ulp
+ * apart rank by score even when id and index order say otherwise.
+ */
+static void
+test_pulsar_rank_exact_order_in_long_lists(void **state)
+{
+	fx *f = pulsar_fx(100, "k-long");
+	size_t want[512], got[512], nr, pa, pb, pc, pd, i;
+	double sa;
+
+	(void)state;
+	/* index 10 "c10" and index 90 "c90": tie -> "c10" first */
+	sa = hand_score(f, "c10", sg_snapshot_get(f->snap, 10)->max_input_tps);
+	sg_snapshot_at(f->snap, 90)->max_input_tps = weight_for(f, "c90", sa);
+	/* index 20 "c20" and index 80 "c80": c80 higher by one ulp */
+	sa = hand_score(f, "c20", sg_snapshot_get(f->snap, 20)->max_input_tps);
+	sg_snapshot_at(f->snap, 80)->max_input_tps = weight_for(f, "c80",
+	    nextafter(sa, INFINITY));
+	fx_ready(f);
+	nr = hand_rank(f, want);
+	assert_int_equal(sgi_pulsar_rank(&f->x, got), nr);
+	assert_memory_equal(got, want, nr * sizeof want[0]);
+	pa = pb = pc = pd = nr;
+	for (i = 0; i < nr; i++) {
+		pa = got[i] == 10 ? i : pa;
+		pb = got[i] == 90 ? i : pb;
+		pc = got[i] == 20 ? i : pc;
+		pd = got[i] == 80 ? i : pd;
+	}
+	assert_int_equal(pb, pa + 1);
+	assert_int_equal(pc, pd + 1);
 	fx_free(f);
 }
 
@@ -975,6 +1029,7 @@ main(void)
 		cmocka_unit_test(test_power_of_n_all_excluded_is_unavailable),
 		cmocka_unit_test(test_pulsar_rank_orders_by_descending_score),
 		cmocka_unit_test(test_pulsar_rank_ties_by_cluster_id),
+		cmocka_unit_test(test_pulsar_rank_exact_order_in_long_lists),
 		cmocka_unit_test(test_pulsar_selects_top_ranked),
 		cmocka_unit_test(test_pulsar_excluded_falls_back_with_rank_depth),
 		cmocka_unit_test(test_pulsar_kv_checks_and_kv_skip_flag),
