@@ -687,3 +687,11 @@ random_stream() {
 	[[ $output == *"pulsar-wait-and-widen  flag off  10 to us-east"* ]]
 	[ -z "$stderr" ]
 }
+
+@test "--until-decided: max_wait_ms shorter than X ends the wait with a 503 (exit 2)" {
+	req=$(jq -c '.max_wait_ms = 200' "$F/req-returning-b.json")
+	run -2 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-bfull.json" --until-decided <<<"$req"
+	[ "$(js '[.[] | [.elapsed_ms, .decision] | map(tostring) | join(" ")] | join(", ")')" = "0 wait, 200 reject" ]
+	[ "$(js '.[0].recheck_at_ms')" = 200 ]
+	[ "$(js '.[1] | [.status, .code, .session_state] | map(tostring) | join(" ")')" = "503 overloaded_error returning" ]
+}
