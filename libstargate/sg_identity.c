@@ -359,7 +359,7 @@ resolve_session(sg_identity *id, const json_t *body, const sg_header *hdrs,
 	}
 
 	if (src == SG_SOURCE_HEADER && sg_identity_is_affinity_key(hv, hlen)) {
-		/* Already a key (a gateway upstream of us derived it): verbatim. */
+		/* Already a key (an upstream gateway derived it): verbatim. */
 		akey = hv;
 		aklen = hlen;
 	} else if (src != SG_SOURCE_NONE) {
@@ -369,8 +369,8 @@ resolve_session(sg_identity *id, const json_t *body, const sg_header *hdrs,
 			return sg_seterr(err, rc, "affinity key: %s",
 			    sg_strerror(rc));
 	} else {
-		pv = json_object_get(body, id->endpoint == SG_ENDPOINT_RESPONSES ?
-		    "input" : "messages");
+		pv = json_object_get(body,
+		    id->endpoint == SG_ENDPOINT_RESPONSES ? "input" : "messages");
 		if (pv == NULL || json_is_null(pv))
 			return 0;	/* nothing to hash: no session */
 		payload = json_dumps(pv, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -383,7 +383,7 @@ resolve_session(sg_identity *id, const json_t *body, const sg_header *hdrs,
 			return sg_seterr(err, rc, "affinity key: %s",
 			    sg_strerror(rc));
 		src = SG_SOURCE_PAYLOAD;
-		sid = key;	/* the session id of a payload session is its key */
+		sid = key;	/* a payload session's id is its key */
 		sidlen = strlen(key);
 	}
 
@@ -434,7 +434,7 @@ real_json_len(double f)
 	size_t len = 0;
 
 	if (!isfinite(f))
-		return 4;	/* not representable; jansson never yields it */
+		return 4;	/* not representable; jansson never has it */
 	if (signbit(f)) {
 		len++;
 		f = -f;
@@ -490,7 +490,8 @@ json_len_depth(const json_t *v, int depth)
 			len += json_len_depth(json_array_get(v, i), depth + 1);
 		return len + (n > 0 ? n - 1 : 0);
 	case JSON_STRING:
-		return str_json_len(json_string_value(v), json_string_length(v));
+		return str_json_len(json_string_value(v),
+		    json_string_length(v));
 	case JSON_INTEGER:
 		return real_json_len((double)json_integer_value(v));
 	case JSON_REAL:
@@ -523,8 +524,9 @@ sg_identity_text_tokens(size_t len)
 static uint64_t
 text_of(const json_t *v)
 {
-	return json_is_string(v) ? sg_identity_text_tokens(json_string_length(v))
-	    : 0;
+	if (!json_is_string(v))
+		return 0;
+	return sg_identity_text_tokens(json_string_length(v));
 }
 
 static uint64_t
@@ -731,8 +733,9 @@ image_dims(const char *url, size_t len, uint32_t *w, uint32_t *h)
 			return true;
 		}
 		if (memcmp(hd + 12, "VP8L", 4) == 0 && hd[20] == 0x2f) {
-			uint32_t bits = (uint32_t)hd[21] | (uint32_t)hd[22] << 8 |
-			    (uint32_t)hd[23] << 16 | (uint32_t)hd[24] << 24;
+			uint32_t bits = (uint32_t)hd[21] |
+			    (uint32_t)hd[22] << 8 | (uint32_t)hd[23] << 16 |
+			    (uint32_t)hd[24] << 24;
 
 			*w = (bits & 0x3fff) + 1;
 			*h = ((bits >> 14) & 0x3fff) + 1;
@@ -779,7 +782,8 @@ content_tokens(const json_t *c)
 		if (json_is_string(type) &&
 		    strcmp(json_string_value(type), "text") == 0 &&
 		    json_is_string(json_object_get(part, "text")))
-			t += json_string_length(json_object_get(part, "text")) / 4;
+			t += json_string_length(json_object_get(part,
+			    "text")) / 4;
 		else if (json_is_string(type) &&
 		    strcmp(json_string_value(type), "image_url") == 0)
 			t += image_tokens(part);
@@ -992,7 +996,8 @@ convert_item(const json_t *item, json_t **pending_calls)
 		if (json_object_set_new(m, "role", json_string("tool")) != 0 ||
 		    set_copy(m, "tool_call_id", json_object_get(item,
 		    "call_id")) != 0 ||
-		    set_copy(m, "content", json_object_get(item, "output")) != 0)
+		    set_copy(m, "content", json_object_get(item,
+		    "output")) != 0)
 			goto fail;
 	} else if (strcmp(ty, "reasoning") == 0) {
 		if ((sum = join_summary(json_object_get(item, "summary"))) ==
@@ -1170,7 +1175,8 @@ sg_identity_parse(sg_identity *id, int endpoint, const json_t *body,
 
 	if (id == NULL || body == NULL || (hdrs == NULL && nhdrs > 0) ||
 	    sg_endpoint_name(endpoint) == NULL)
-		return sg_seterr(err, SG_EINVAL, "sg_identity_parse: bad arguments");
+		return sg_seterr(err, SG_EINVAL,
+		    "sg_identity_parse: bad arguments");
 	sg_identity_release(id);
 	sg_identity_init(&tmp);
 	tmp.endpoint = endpoint;

@@ -81,8 +81,12 @@ void	sg_identity_release(sg_identity *id);	/* free owned strings, then init */
  *     prompt_cache_key > conversation id > header > payload; chat:
  *     prompt_cache_key > header > payload.  Body values are used raw and
  *     validated like the header: "session id from <source> is invalid:
- *     <reason>"; a non-string prompt_cache_key or conversation id is
- *     "<field> must be a string or ..." (see the .c file);
+ *     <reason>"; a prompt_cache_key that is not a string is
+ *     "prompt_cache_key must be a string", a conversation that is neither
+ *     a string nor an object is "conversation must be a string or an
+ *     object with an id", a non-string conversation id is
+ *     "conversation.id must be a string".  Completions and embeddings
+ *     have no session: their headers and session fields are not read;
  *  4. the input-token estimate (never fails).
  * id is released first and filled only on success.  Returns 0, SG_EREQUEST,
  * SG_EINVAL (NULL arguments, unknown endpoint) or SG_ENOMEM.

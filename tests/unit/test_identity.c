@@ -505,6 +505,9 @@ test_body_validation_errors(void **state)
 	expect_400(SG_ENDPOINT_RESPONSES,
 	    "{\"model\":\"t/m\",\"conversation\":[1]}", NULL, NULL, NULL,
 	    "conversation must be a string or an object with an id");
+	expect_400(SG_ENDPOINT_RESPONSES,
+	    "{\"model\":\"t/m\",\"conversation\":{\"id\":7}}", NULL, NULL,
+	    NULL, "conversation.id must be a string");
 	/* The losing source is not validated. */
 	{
 		sg_identity id;
