@@ -1,0 +1,939 @@
+/*
+ * test_store_lmdb.c — sg_store_lmdb.c, through the public sg_store API on a
+ * real LMDB directory: hits and misses, TTL with an injected clock, TTL
+ * reset on write, capacity eviction order, group commit, map growth and a
+ * full map, iteration, stats, compaction, and several processes (fork) on
+ * one directory, including compaction while another process writes.
+ */
+#include "sg_test.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "sg_store.h"
+
+struct fx {
+	char		 dir[64];
+	_Atomic uint64_t now;
+	sg_store_opts	 o;
+	sg_store	*s;
+	/* on_commit bookkeeping and the "hold the store thread" switch */
+	pthread_mutex_t	 mu;
+	pthread_cond_t	 cv;
+	bool		 hold, held;
+	uint64_t	 commits, max_ops, committed;
+	int		 last_rc;
+};
+
+static uint64_t
+fx_clock(void *arg)
+{
+	struct fx *f = arg;
+
+	return atomic_load(&f->now);
+}
+
+static void
+fx_commit(const sg_store_commit *c, void *arg)
+{
+	struct fx *f = arg;
+
+	pthread_mutex_lock(&f->mu);
+	f->commits++;
+	if (c->ops > f->max_ops)
+		f->max_ops = c->ops;
+	f->committed = c->committed;
+	f->last_rc = c->rc;
+	if (f->hold) {
+		f->held = true;
+		pthread_cond_broadcast(&f->cv);
+		while (f->hold)
+			pthread_cond_wait(&f->cv, &f->mu);
+		f->held = false;
+	}
+	pthread_mutex_unlock(&f->mu);
+}
+
+static int
+rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static int
+setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/sg-test-store-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	atomic_store(&f->now, 1700000000000ULL);
+	pthread_mutex_init(&f->mu, NULL);
+	pthread_cond_init(&f->cv, NULL);
+	sg_store_opts_init(&f->o);
+	f->o.path = f->dir;
+	f->o.create = true;
+	f->o.clock = fx_clock;
+	f->o.clock_arg = f;
+	f->o.on_commit = fx_commit;
+	f->o.commit_arg = f;
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fx *f = *state;
+
+	sg_store_close(f->s);
+	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	pthread_mutex_destroy(&f->mu);
+	pthread_cond_destroy(&f->cv);
+	free(f);
+	return 0;
+}
+
+static void
+fx_open(struct fx *f)
+{
+	sg_error e;
+	int rc;
+
+	sg_error_clear(&e);
+	rc = sg_store_open(&f->s, &f->o, &e);
+	if (rc != 0)
+		fail_msg("open: %s", e.text);
+}
+
+static void
+key_of(char k[SG_LC_KEY_LEN + 1], int i)
+{
+	char aff[32];
+
+	snprintf(aff, sizeof(aff), "session-%d", i);
+	assert_int_equal(sg_lc_key(k, "tenant", 6, "model", 5, aff,
+	    strlen(aff)), 0);
+}
+
+static void
+put_i(sg_store *s, int i, const char *id)
+{
+	char k[SG_LC_KEY_LEN + 1];
+	sg_error e;
+	int rc;
+
+	key_of(k, i);
+	while ((rc = sg_store_put(s, k, SG_LC_KEY_LEN, id, strlen(id), &e)) ==
+	    EAGAIN)
+		assert_int_equal(sg_store_flush(s, &e), 0);
+	assert_int_equal(rc, 0);
+}
+
+static int
+get_i(sg_store *s, int i, sg_store_entry *out)
+{
+	char k[SG_LC_KEY_LEN + 1];
+
+	key_of(k, i);
+	return sg_store_lookup(s, k, SG_LC_KEY_LEN, out, NULL);
+}
+
+static void
+flush_ok(sg_store *s)
+{
+	sg_error e;
+	int rc;
+
+	sg_error_clear(&e);
+	rc = sg_store_flush(s, &e);
+	if (rc != 0)
+		fail_msg("flush: %d %s", rc, e.text);
+}
+
+static void
+hold_thread(struct fx *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->hold = true;
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void
+wait_held(struct fx *f)
+{
+	pthread_mutex_lock(&f->mu);
+	while (!f->held)
+		pthread_cond_wait(&f->cv, &f->mu);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void
+release_thread(struct fx *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->hold = false;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* --- basic ------------------------------------------------------------------- */
+
+static void
+test_put_then_lookup_hits_with_write_time(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+
+	fx_open(f);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+	put_i(f->s, 1, "cluster-a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 1234);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_string_equal(e.cluster_id, "cluster-a");
+	assert_int_equal(e.cluster_id_len, 9);
+	assert_true(e.written_ms == 1700000000000ULL);
+	assert_int_equal(e.age_ms, 1234);
+	assert_int_equal(get_i(f->s, 2, &e), SG_ENOTFOUND);
+}
+
+static void
+test_overwrite_replaces_cluster_id(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	put_i(f->s, 1, "b");
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_string_equal(e.cluster_id, "b");
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 1);
+}
+
+static void
+test_del_removes_entry(void **state)
+{
+	struct fx *f = *state;
+	char k[SG_LC_KEY_LEN + 1];
+	sg_store_entry e;
+
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	put_i(f->s, 2, "b");
+	flush_ok(f->s);
+	key_of(k, 1);
+	assert_int_equal(sg_store_del(f->s, k, SG_LC_KEY_LEN, NULL), 0);
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+	assert_int_equal(get_i(f->s, 2, &e), 0);
+	/* Deleting an absent key is not an error. */
+	assert_int_equal(sg_store_del(f->s, k, SG_LC_KEY_LEN, NULL), 0);
+	flush_ok(f->s);
+}
+
+/* --- TTL ----------------------------------------------------------------------- */
+
+static void
+test_ttl_expired_entry_is_a_miss_and_deleted(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+
+	f->o.ttl_ms = 60000;
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 59999);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.expired, 0);
+	atomic_fetch_add(&f->now, 1);	/* age == TTL: expired */
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.expired, 1);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+	flush_ok(f->s);		/* the queued deletion */
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 0);
+	/* Even with the clock back, the entry is gone. */
+	atomic_fetch_sub(&f->now, 30000);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+}
+
+static void
+test_write_resets_ttl(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+
+	f->o.ttl_ms = 60000;
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 40000);
+	put_i(f->s, 1, "a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 40000);	/* 80 s after the first write */
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_int_equal(e.age_ms, 40000);
+	atomic_fetch_add(&f->now, 20000);	/* 60 s after the second */
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+}
+
+static void
+test_lookup_does_not_reset_ttl(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+
+	f->o.ttl_ms = 1000;
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 600);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	atomic_fetch_add(&f->now, 400);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+}
+
+static void
+test_expiry_deletion_spares_a_newer_write(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+
+	f->o.ttl_ms = 1000;
+	fx_open(f);
+	put_i(f->s, 1, "old");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 5000);
+	/* Keep the store thread busy so both operations queue up. */
+	hold_thread(f);
+	put_i(f->s, 2, "x");
+	wait_held(f);
+	put_i(f->s, 1, "new");			/* queued first */
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND); /* queues expiry */
+	release_thread(f);
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_string_equal(e.cluster_id, "new");
+}
+
+/* --- capacity ------------------------------------------------------------------ */
+
+static void
+test_capacity_evicts_least_recently_written(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+	int i;
+
+	f->o.max_entries = 5;
+	fx_open(f);
+	for (i = 0; i < 10; i++) {
+		put_i(f->s, i, "c");
+		atomic_fetch_add(&f->now, 10);
+	}
+	flush_ok(f->s);
+	for (i = 0; i < 10; i++)
+		assert_int_equal(get_i(f->s, i, &e), i < 5 ? SG_ENOTFOUND : 0);
+	/* Rewriting 5 makes it the most recent: 6 goes next, not 5. */
+	put_i(f->s, 5, "c");
+	atomic_fetch_add(&f->now, 10);
+	put_i(f->s, 10, "c");
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 5, &e), 0);
+	assert_int_equal(get_i(f->s, 6, &e), SG_ENOTFOUND);
+	assert_int_equal(get_i(f->s, 7, &e), 0);
+	assert_int_equal(get_i(f->s, 10, &e), 0);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 5);
+}
+
+static void
+test_capacity_same_millisecond_keeps_commit_order(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	int i;
+
+	f->o.max_entries = 100;
+	fx_open(f);
+	for (i = 0; i < 250; i++)	/* all at the same clock value */
+		put_i(f->s, i, "c");
+	flush_ok(f->s);
+	for (i = 0; i < 250; i++)
+		assert_int_equal(get_i(f->s, i, &e), i < 150 ? SG_ENOTFOUND : 0);
+}
+
+/* --- group commit, queue ------------------------------------------------------- */
+
+static void
+test_group_commit_puts_many_writes_in_one_transaction(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	uint64_t before;
+	int i;
+
+	f->o.batch_max = 1000;
+	fx_open(f);
+	hold_thread(f);
+	put_i(f->s, -1, "first");
+	wait_held(f);		/* the thread sits in on_commit */
+	for (i = 0; i < 5000; i++)
+		put_i(f->s, i, "c");
+	pthread_mutex_lock(&f->mu);
+	before = f->commits;
+	pthread_mutex_unlock(&f->mu);
+	release_thread(f);
+	flush_ok(f->s);
+	/* 5000 queued writes, batch_max 1000: exactly five transactions. */
+	assert_int_equal(f->commits - before, 5);
+	assert_int_equal(f->max_ops, 1000);
+	assert_int_equal(f->committed, 5001);
+	for (i = 0; i < 5000; i += 499)
+		assert_int_equal(get_i(f->s, i, &e), 0);
+}
+
+static void
+test_full_queue_refuses_without_blocking(void **state)
+{
+	struct fx *f = *state;
+	char k[SG_LC_KEY_LEN + 1];
+	sg_error er;
+	int i;
+
+	f->o.queue_max = 300;
+	fx_open(f);
+	hold_thread(f);
+	put_i(f->s, -1, "first");
+	wait_held(f);
+	key_of(k, 7);
+	for (i = 0; i < 300; i++)
+		assert_int_equal(sg_store_put(f->s, k, SG_LC_KEY_LEN, "c", 1,
+		    NULL), 0);
+	assert_int_equal(sg_store_put(f->s, k, SG_LC_KEY_LEN, "c", 1, &er),
+	    EAGAIN);
+	release_thread(f);
+	flush_ok(f->s);
+	assert_int_equal(sg_store_put(f->s, k, SG_LC_KEY_LEN, "c", 1, NULL), 0);
+	flush_ok(f->s);
+}
+
+static void
+test_sync_option_commits_durably(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	int i;
+
+	f->o.sync = true;
+	fx_open(f);
+	for (i = 0; i < 100; i++)
+		put_i(f->s, i, "s");
+	flush_ok(f->s);
+	for (i = 0; i < 100; i++)
+		assert_int_equal(get_i(f->s, i, &e), 0);
+}
+
+/* --- map size ------------------------------------------------------------------ */
+
+static void
+test_map_full_grows_the_map(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+	int i;
+
+	f->o.map_size = 256 << 10;
+	f->o.map_size_max = 256 << 20;
+	fx_open(f);
+	for (i = 0; i < 20000; i++)
+		put_i(f->s, i, "cluster-with-a-longer-name-0123456789");
+	flush_ok(f->s);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_true(st.map_grows >= 1);
+	assert_true(st.map_size > (256 << 10));
+	assert_int_equal(st.entries, 20000);
+	assert_int_equal(st.failed, 0);
+	for (i = 0; i < 20000; i++)
+		assert_int_equal(get_i(f->s, i, &e), 0);
+}
+
+static void
+test_map_full_at_maximum_is_an_error_value(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+	sg_error er;
+	int i, rc, hits = 0;
+
+	f->o.map_size = 128 << 10;
+	f->o.map_size_max = 128 << 10;
+	f->o.batch_max = 10;
+	fx_open(f);
+	for (i = 0; i < 5000; i++)
+		put_i(f->s, i, "cluster-with-a-longer-name-0123456789");
+	sg_error_clear(&er);
+	rc = sg_store_flush(f->s, &er);
+	assert_int_equal(rc, SG_EFULL);
+	assert_non_null(strstr(er.text, "full"));
+	/* The store survives: stats work, committed entries are readable. */
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_true(st.failed > 0);
+	assert_true(st.committed > 0);
+	assert_int_equal(st.entries, st.committed);
+	for (i = 0; i < 5000; i++) {
+		rc = get_i(f->s, i, &e);
+		assert_true(rc == 0 || rc == SG_ENOTFOUND);
+		hits += rc == 0;
+	}
+	assert_int_equal((uint64_t)hits, st.entries);
+	assert_int_equal(sg_store_flush(f->s, NULL), 0);
+}
+
+/* --- iteration and stats ------------------------------------------------------- */
+
+struct collect {
+	int		n;
+	uint64_t	last;
+	bool		ordered;
+};
+
+static int
+collect_fn(const sg_store_entry *e, void *arg)
+{
+	struct collect *c = arg;
+
+	if (c->n > 0 && e->written_ms < c->last)
+		c->ordered = false;
+	c->last = e->written_ms;
+	c->n++;
+	return 0;
+}
+
+static int
+stop_fn(const sg_store_entry *e, void *arg)
+{
+	(void)e;
+	return ++*(int *)arg == 3 ? 42 : 0;
+}
+
+static void
+test_iterate_oldest_first_skips_expired(void **state)
+{
+	struct fx *f = *state;
+	struct collect c = { 0, 0, true };
+	int i, n = 0;
+
+	f->o.ttl_ms = 100000;
+	fx_open(f);
+	for (i = 0; i < 20; i++) {
+		put_i(f->s, 19 - i, "c");
+		atomic_fetch_add(&f->now, 10000);
+	}
+	flush_ok(f->s);
+	/* now = t0 + 200 s: the first 11 writes (age >= 100 s) expired. */
+	assert_int_equal(sg_store_iterate(f->s, false, collect_fn, &c, NULL), 0);
+	assert_int_equal(c.n, 9);
+	assert_true(c.ordered);
+	memset(&c, 0, sizeof(c));
+	c.ordered = true;
+	assert_int_equal(sg_store_iterate(f->s, true, collect_fn, &c, NULL), 0);
+	assert_int_equal(c.n, 20);
+	assert_true(c.ordered);
+	assert_int_equal(sg_store_iterate(f->s, true, stop_fn, &n, NULL), 42);
+}
+
+static void
+test_stats_counts_entries_expired_and_oldest(void **state)
+{
+	struct fx *f = *state;
+	sg_store_stats st;
+	int i;
+
+	f->o.ttl_ms = 100000;
+	fx_open(f);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 0);
+	assert_int_equal(st.oldest_age_ms, 0);
+	assert_string_equal(st.backend, "lmdb");
+	for (i = 0; i < 10; i++) {
+		put_i(f->s, i, "c");
+		atomic_fetch_add(&f->now, 20000);
+	}
+	flush_ok(f->s);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 10);
+	assert_int_equal(st.expired, 6);	/* ages 200 .. 100 s (age == TTL expires) */
+	assert_int_equal(st.oldest_age_ms, 200000);
+	assert_int_equal(st.ttl_ms, 100000);
+	assert_true(st.map_used > 0 && st.map_used <= st.map_size);
+	assert_true(st.file_size > 0);
+	assert_true(st.readers_used >= 1);	/* our cached read slot */
+	assert_int_equal(st.max_readers, 126);
+	assert_int_equal(st.committed, 10);
+}
+
+static void
+test_put_at_keeps_the_given_write_time(void **state)
+{
+	struct fx *f = *state;
+	char k[SG_LC_KEY_LEN + 1];
+	sg_store_entry e;
+
+	f->o.ttl_ms = 60000;
+	fx_open(f);
+	key_of(k, 1);
+	assert_int_equal(sg_store_put_at(f->s, k, SG_LC_KEY_LEN, "a", 1,
+	    atomic_load(&f->now) - 59000, NULL), 0);
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_int_equal(e.age_ms, 59000);
+	atomic_fetch_add(&f->now, 1000);
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+}
+
+/* --- opening ------------------------------------------------------------------- */
+
+static void
+test_second_open_in_one_process_is_ebusy(void **state)
+{
+	struct fx *f = *state;
+	sg_store *t = NULL;
+
+	fx_open(f);
+	assert_int_equal(sg_store_open(&t, &f->o, NULL), EBUSY);
+	assert_null(t);
+}
+
+static void
+test_missing_store_without_create_is_enoent(void **state)
+{
+	struct fx *f = *state;
+	char path[128];
+	sg_store *t = NULL;
+	sg_error er;
+
+	snprintf(path, sizeof(path), "%s/nope", f->dir);
+	f->o.path = path;
+	f->o.create = false;
+	assert_int_equal(sg_store_open(&t, &f->o, &er), ENOENT);
+	assert_non_null(strstr(er.text, "nope"));
+	/* A directory without a store is missing too, and stays empty. */
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(sg_store_open(&t, &f->o, NULL), ENOENT);
+	assert_int_equal(rmdir(path), 0);
+	f->o.path = f->dir;
+}
+
+/* --- several processes --------------------------------------------------------- */
+
+/* Child side: open the store with the real clock. */
+static sg_store *
+child_open(const char *dir)
+{
+	sg_store_opts o;
+	sg_store *s = NULL;
+
+	sg_store_opts_init(&o);
+	o.path = dir;
+	o.create = true;
+	if (sg_store_open(&s, &o, NULL) != 0)
+		_exit(90);
+	return s;
+}
+
+static void
+wait_child_ok(pid_t pid)
+{
+	int status;
+
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void
+test_write_by_one_process_visible_to_another(void **state)
+{
+	struct fx *f = *state;
+	int up[2], down[2];
+	sg_store_entry e;
+	char c;
+	pid_t pid;
+
+	f->o.clock = NULL;
+	fx_open(f);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	if ((pid = fork()) == 0) {
+		sg_store *s = child_open(f->dir);
+		int i;
+
+		for (i = 0; i < 100; i++)
+			put_i(s, i, "from-child");
+		if (sg_store_flush(s, NULL) != 0)
+			_exit(91);
+		if (write(up[1], "w", 1) != 1 || read(down[0], &c, 1) != 1)
+			_exit(92);
+		/* The parent's write, seen here. */
+		if (get_i(s, 1000, &e) != 0 ||
+		    strcmp(e.cluster_id, "from-parent") != 0)
+			_exit(93);
+		sg_store_close(s);
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	assert_int_equal(get_i(f->s, 42, &e), 0);
+	assert_string_equal(e.cluster_id, "from-child");
+	put_i(f->s, 1000, "from-parent");
+	flush_ok(f->s);
+	assert_int_equal(write(down[1], "r", 1), 1);
+	wait_child_ok(pid);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
+/* --- compaction ---------------------------------------------------------------- */
+
+static void
+test_compact_drops_expired_and_shrinks_file(void **state)
+{
+	struct fx *f = *state;
+	sg_store_compact_result r;
+	sg_store_entry e;
+	sg_store_stats st;
+	sg_error er;
+	int i;
+
+	f->o.ttl_ms = 60000;
+	fx_open(f);
+	for (i = 0; i < 20000; i++)
+		put_i(f->s, i, "cluster-with-a-longer-name-0123456789");
+	atomic_fetch_add(&f->now, 60000);
+	for (i = 20000; i < 20010; i++)
+		put_i(f->s, i, "fresh");
+	flush_ok(f->s);
+	sg_error_clear(&er);
+	if (sg_store_compact(f->s, &r, &er) != 0)
+		fail_msg("compact: %s", er.text);
+	assert_int_equal(r.expired, 20000);
+	assert_int_equal(r.evicted, 0);
+	assert_int_equal(r.entries, 10);
+	assert_true(r.swapped);
+	assert_true(r.generation >= 1);
+	assert_true(r.bytes_after < r.bytes_before / 4);
+	for (i = 20000; i < 20010; i++)
+		assert_int_equal(get_i(f->s, i, &e), 0);
+	assert_int_equal(get_i(f->s, 5, &e), SG_ENOTFOUND);
+	/* The store works on the new file. */
+	put_i(f->s, 1, "after");
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_string_equal(e.cluster_id, "after");
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 11);
+	/* A second compaction in a row works too (txnid parity padding). */
+	assert_int_equal(sg_store_compact(f->s, &r, NULL), 0);
+	assert_int_equal(r.entries, 11);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+}
+
+static void
+test_compact_enforces_capacity(void **state)
+{
+	struct fx *f = *state;
+	sg_store_compact_result r;
+	sg_store_entry e;
+	int i;
+
+	f->o.max_entries = 1000;
+	fx_open(f);
+	for (i = 0; i < 1000; i++) {
+		put_i(f->s, i, "c");
+		atomic_fetch_add(&f->now, 1);
+	}
+	flush_ok(f->s);
+	sg_store_close(f->s);
+	f->s = NULL;
+	f->o.max_entries = 300;		/* a smaller capacity at the next open */
+	fx_open(f);
+	assert_int_equal(sg_store_compact(f->s, &r, NULL), 0);
+	assert_int_equal(r.evicted, 700);
+	assert_int_equal(r.entries, 300);
+	assert_int_equal(get_i(f->s, 699, &e), SG_ENOTFOUND);
+	assert_int_equal(get_i(f->s, 700, &e), 0);
+}
+
+/*
+ * A child writes 20000 entries in flushed chunks and reports each flushed
+ * count through a pipe while the parent compacts again and again; every
+ * entry the child reported committed must be in the store afterwards.
+ */
+static void
+test_compact_while_another_process_writes_loses_nothing(void **state)
+{
+	struct fx *f = *state;
+	int up[2], compactions = 0, i, n;
+	uint64_t reported = 0, v;
+	sg_store_entry e;
+	pid_t pid;
+
+	f->o.clock = NULL;
+	fx_open(f);
+	assert_int_equal(pipe(up), 0);
+	if ((pid = fork()) == 0) {
+		sg_store *s = child_open(f->dir);
+
+		close(up[0]);
+		sg_store_stats st;
+
+		for (i = 0; i < 20000; i++) {
+			put_i(s, i, "w");
+			if (i % 500 == 499) {
+				uint64_t done = (uint64_t)i + 1;
+
+				if (sg_store_flush(s, NULL) != 0)
+					_exit(91);
+				if (write(up[1], &done, 8) != 8)
+					_exit(92);
+			}
+		}
+		/* The writer really had to follow at least one swap. */
+		if (sg_store_stats_get(s, &st, NULL) != 0 || st.reopens < 1)
+			_exit(93);
+		sg_store_close(s);
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	close(up[1]);
+	for (;;) {
+		sg_store_compact_result r;
+		sg_error er;
+
+		if (sg_store_compact(f->s, &r, &er) != 0)
+			fail_msg("compact: %s", er.text);
+		compactions++;
+		/* Non-blocking-ish: read what is there after each round. */
+		n = (int)read(up[0], &v, 8);
+		if (n == 0)
+			break;
+		assert_int_equal(n, 8);
+		reported = v;
+	}
+	while (read(up[0], &v, 8) == 8)
+		reported = v;
+	wait_child_ok(pid);
+	close(up[0]);
+	assert_true(compactions >= 2);
+	assert_int_equal(reported, 20000);
+	for (i = 0; i < 20000; i++)
+		if (get_i(f->s, i, &e) != 0)
+			fail_msg("entry %d lost (compactions %d)", i, compactions);
+}
+
+/* A long-lived reader in another process follows the swap. */
+static void
+test_reader_process_follows_compaction(void **state)
+{
+	struct fx *f = *state;
+	int up[2], down[2];
+	sg_store_entry e;
+	sg_store_stats st;
+	char c;
+	pid_t pid;
+
+	f->o.clock = NULL;
+	fx_open(f);
+	put_i(f->s, 1, "before");
+	flush_ok(f->s);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	if ((pid = fork()) == 0) {
+		sg_store *s = child_open(f->dir);
+
+		if (get_i(s, 1, &e) != 0)
+			_exit(91);
+		if (write(up[1], "r", 1) != 1 || read(down[0], &c, 1) != 1)
+			_exit(92);
+		if (get_i(s, 2, &e) != 0 || strcmp(e.cluster_id, "after") != 0)
+			_exit(93);
+		if (get_i(s, 1, &e) != 0)
+			_exit(94);
+		if (sg_store_stats_get(s, &st, NULL) != 0 || st.reopens < 1)
+			_exit(95);
+		sg_store_close(s);
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	assert_int_equal(sg_store_compact(f->s, NULL, NULL), 0);
+	put_i(f->s, 2, "after");
+	flush_ok(f->s);
+	assert_int_equal(write(down[1], "g", 1), 1);
+	wait_child_ok(pid);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_put_then_lookup_hits_with_write_time),
+		T(test_overwrite_replaces_cluster_id),
+		T(test_del_removes_entry),
+		T(test_ttl_expired_entry_is_a_miss_and_deleted),
+		T(test_write_resets_ttl),
+		T(test_lookup_does_not_reset_ttl),
+		T(test_expiry_deletion_spares_a_newer_write),
+		T(test_capacity_evicts_least_recently_written),
+		T(test_capacity_same_millisecond_keeps_commit_order),
+		T(test_group_commit_puts_many_writes_in_one_transaction),
+		T(test_full_queue_refuses_without_blocking),
+		T(test_sync_option_commits_durably),
+		T(test_map_full_grows_the_map),
+		T(test_map_full_at_maximum_is_an_error_value),
+		T(test_iterate_oldest_first_skips_expired),
+		T(test_stats_counts_entries_expired_and_oldest),
+		T(test_put_at_keeps_the_given_write_time),
+		T(test_second_open_in_one_process_is_ebusy),
+		T(test_missing_store_without_create_is_enoent),
+		T(test_write_by_one_process_visible_to_another),
+		T(test_compact_drops_expired_and_shrinks_file),
+		T(test_compact_enforces_capacity),
+		T(test_compact_while_another_process_writes_loses_nothing),
+		T(test_reader_process_follows_compaction),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
