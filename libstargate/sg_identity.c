@@ -898,6 +898,8 @@ convert_content(const json_t *c)
 	json_t *out, *np;
 	size_t i;
 
+	if (c == NULL)
+		return json_null();
 	if (!json_is_array(c))
 		return json_deep_copy(c);
 	if ((out = json_array()) == NULL)
