@@ -143,13 +143,17 @@ lckey() {
 }
 
 @test "store_key equals 'sg-lastcluster key' for the same session" {
-	[ -x "$BIN/sg-lastcluster" ] || skip "sg-lastcluster is not built yet"
 	run -0 --separate-stderr "$CL" "$F/chat-pck.json"
 	sk=$(j .store_key)
 	ak=$(j .cache_affinity_key)
-	run -0 --separate-stderr "$BIN/sg-lastcluster" key --routing-key tenant-a \
-	    --model llama --cache-affinity-key "$ak"
-	[ "$(tail -n1 <<<"$output" | sed 's/.*\(lc:v1:[0-9a-f]*\).*/\1/')" = "$sk" ]
+	[[ $sk == lc:v1:* ]]
+	run -0 --separate-stderr "$BIN/sg-lastcluster" key tenant-a llama "$ak"
+	[ "$output" = "$sk" ]
+	# and for a header session
+	run -0 --separate-stderr "$CL" -H 'x-multi-turn-session-id: hdr-7' "$F/chat-payload.json"
+	sk=$(j .store_key)
+	run -0 --separate-stderr "$BIN/sg-lastcluster" key tenant-a llama "$(j .cache_affinity_key)"
+	[ "$output" = "$sk" ]
 }
 
 @test "Responses conversation id (string): source conversation_id, eligible" {
