@@ -31,6 +31,7 @@ enum {
 	OPT_TTL,
 	OPT_MAX_ENTRIES,
 	OPT_MAP_SIZE,
+	OPT_MAX_READERS,
 	OPT_SYNC,
 };
 
@@ -39,6 +40,7 @@ static const struct option longopts[] = {
 	{ "ttl",		required_argument,	NULL,	OPT_TTL },
 	{ "max-entries",	required_argument,	NULL,	OPT_MAX_ENTRIES },
 	{ "map-size",		required_argument,	NULL,	OPT_MAP_SIZE },
+	{ "max-readers",	required_argument,	NULL,	OPT_MAX_READERS },
 	{ "sync",		no_argument,		NULL,	OPT_SYNC },
 	{ "help",		no_argument,		NULL,	OPT_HELP },
 	{ "version",		no_argument,		NULL,	OPT_VERSION },
@@ -50,7 +52,8 @@ usage(int status)
 {
 	fprintf(status == EX_OK ? stdout : stderr,
 	    "usage: %s [-h] [-d dir] [--ttl dur] [--max-entries n]\n"
-	    "           [--map-size bytes] [--sync] command [arg ...]\n"
+	    "           [--map-size bytes] [--max-readers n] [--sync]\n"
+	    "           command [arg ...]\n"
 	    "commands:\n"
 	    "  key routing_key model affinity_key\n"
 	    "  get key | get --session routing_key model affinity_key | "
@@ -265,7 +268,8 @@ get_stdin(struct ctx *c)
 		o = json_pack("{s:s, s:o}", "key", line, "cluster_id",
 		    rc == 0 ? json_stringn(ent.cluster_id, ent.cluster_id_len) :
 		    json_null());
-		if (emit(o) != 0) {
+		/* One answer per question, at once: usable as a coprocess. */
+		if (emit(o) != 0 || fflush(stdout) != 0) {
 			status = EX_IOERR;
 			break;
 		}
@@ -648,6 +652,17 @@ main(int argc, char *argv[])
 			if (c.o.map_size > c.o.map_size_max)
 				c.o.map_size_max = c.o.map_size;
 			break;
+		case OPT_MAX_READERS: {
+			uint64_t n;
+
+			if (parse_count(optarg, &n) != 0 || n > 100000) {
+				warnx_("--max-readers: not an integer in "
+				    "1..100000: '%s'", optarg);
+				usage(EX_USAGE);
+			}
+			c.o.max_readers = (unsigned)n;
+			break;
+		}
 		case OPT_SYNC:
 			c.o.sync = true;
 			break;
