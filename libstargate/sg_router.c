@@ -229,7 +229,9 @@ poll_delay(const sgi_ctx *x)
 	sgi_rng_seed(&g, x->router_seed, x->def, x->req);
 	/* successive polls of one attempt draw different delays */
 	memcpy(&e, &x->elapsed_ms, sizeof(e));
-	g.s[0] ^= e * 0x9e3779b97f4a7c15ULL;
+	e = (e ^ (e >> 31)) * 0x9e3779b97f4a7c15ULL;
+	g.s[0] ^= e;
+	g.s[1] ^= e ^ (e >> 29);	/* the first output reads s[1] */
 	if ((g.s[0] | g.s[1] | g.s[2] | g.s[3]) == 0)
 		g.s[0] = 1;
 	return (double)(POLL_MIN_MS +

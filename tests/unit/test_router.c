@@ -1,0 +1,648 @@
+/*
+ * test_router.c — sg_router_decide and sg_router_explain (sg_router.h):
+ * resolution and request errors, refusals before the algorithm, input-work
+ * admission (ref §4.8), the routing deadlines and polling (ref §6.1–§6.2),
+ * determinism, and the --explain table.
+ */
+#include <math.h>
+
+#include "sg_test.h"
+
+#include "sg_waw_fixture.h"
+
+static int
+decide_rc(sg_router *rt, const sg_snapshot *s, sg_request *r, double e,
+    sg_decision *d, sg_error *err)
+{
+	memset(d, 0, sizeof(*d));
+	sg_error_clear(err);
+	return sg_router_decide(rt, s, r, e, d, err);
+}
+
+/* --- resolution and request errors ----------------------------------------- */
+
+static void
+test_resolution_errors_are_400_with_their_class(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"power-of-n\","
+	    "\"request_algorithms\":{\"random\":\"random\"}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	struct {
+		const char	*method;
+		bool		 invalid;
+		const char	*code;
+	} cases[] = {
+		{ "bogus", false, "unknown_method" },
+		{ "   ", false, "unknown_method" },
+		{ NULL, true, "unknown_method" },
+		{ "pulsar", false, "unavailable" },
+		{ "random;k=1", false, "malformed_expression" },
+	};
+	sg_decision d;
+	sg_error err;
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		fx_req(&r, "r", NULL, 10);
+		r.routing_method = cases[i].method;
+		r.routing_method_invalid = cases[i].invalid;
+		assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err),
+		    SG_EREQUEST);
+		assert_int_equal(err.status, 400);
+		assert_string_equal(err.code, cases[i].code);
+		assert_int_equal(d.kind, 0);	/* nothing decided */
+	}
+	/* an allowed override and a normalised spelling resolve */
+	fx_req(&r, "r", NULL, 10);
+	r.routing_method = " Random ";
+	assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err), 0);
+	assert_string_equal(d.algorithm, "random");
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_required_cache_affinity_key_is_400(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"pulsar\",\"require_cache_affinity_key\":true}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	sg_decision d;
+	sg_error err;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err), SG_EREQUEST);
+	assert_int_equal(err.status, 400);
+	assert_non_null(strstr(err.text, "x-cache-affinity-key is required"));
+	fx_req(&r, "r", "", 10);
+	assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err), SG_EREQUEST);
+	fx_req(&r, "r", "k", 10);
+	assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err), 0);
+	assert_int_equal(d.kind, SG_DECIDE_SELECT);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_bad_elapsed_is_invalid(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"random\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	sg_decision d;
+	sg_error err;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	assert_int_equal(decide_rc(rt, s, &r, -1, &d, &err), SG_EINVAL);
+	assert_int_equal(decide_rc(rt, s, &r, NAN, &d, &err), SG_EINVAL);
+	assert_int_equal(decide_rc(rt, s, &r, INFINITY, &d, &err), SG_EINVAL);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* --- refusals before the algorithm -------------------------------------------- */
+
+static void
+test_empty_snapshot_is_404_no_eligible_candidates(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"wait-and-widen\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	sg_request r;
+	sg_decision d;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	r.has_max_wait = true;
+	r.max_wait_ms = 1000;		/* no polling for an empty target */
+	d = fx_decide(rt, s, &r, 0);
+	fx_assert_reject(d, 404);
+	assert_string_equal(d.code, "no_eligible_candidates");
+	assert_string_equal(d.algorithm, "wait-and-widen");
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_all_excluded_is_503_overloaded(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"round-robin\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	const char *ex[] = { "c0", "nope", "c1" };
+	sg_request r;
+	sg_decision d;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	r.excluded = ex;
+	r.nexcluded = 3;
+	d = fx_decide(rt, s, &r, 0);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.code, "overloaded_error");
+	/* one left: chosen */
+	r.nexcluded = 2;
+	fx_assert_select(fx_decide(rt, s, &r, 0), 1);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* --- input-work admission (ref §4.8) ------------------------------------------ */
+
+/* (100 tps, 300 queued) and (50 tps, 120 queued), 30 tokens: 3.0 s. */
+static sg_snapshot *
+admission_snapshot(void)
+{
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster a = fx_cluster("a", 1, 4, 0, 100);
+	sg_cluster b = fx_cluster("b", 1, 4, 0, 50);
+
+	a.queued_input_tokens = 300;
+	b.queued_input_tokens = 120;
+	fx_add(s, &a);
+	fx_add(s, &b);
+	return s;
+}
+
+static sg_decision
+admit(const char *alg, double limit, sg_snapshot *s, const char *const *ex,
+    size_t nex)
+{
+	char text[256];
+	sg_lbconf *conf;
+	sg_router *rt;
+	sg_request r;
+	sg_decision d;
+
+	snprintf(text, sizeof(text), "{\"models\":{\"m\":{\"algorithm\":\"%s\","
+	    "\"max_input_work_seconds\":%.17g}}}", alg, limit);
+	conf = fx_conf(text);
+	rt = fx_router(conf, 1);
+	fx_req(&r, "r-adm", "k", 30);
+	r.excluded = ex;
+	r.nexcluded = nex;
+	d = fx_decide(rt, s, &r, 0);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+	return d;
+}
+
+static void
+test_admission_worked_check_3_seconds(void **state)
+{
+	sg_snapshot *s = admission_snapshot();
+	sg_decision d;
+
+	(void)state;
+	d = admit("power-of-n", 2.9, s, NULL, 0);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.code, "overloaded_error");
+	assert_string_equal(d.reason, "input_work_limit_exceeded");
+	d = admit("power-of-n", 3.0, s, NULL, 0);
+	assert_int_equal(d.kind, SG_DECIDE_SELECT);
+	d = admit("pulsar-wait-and-widen", 3.0, s, NULL, 0);
+	assert_int_equal(d.kind, SG_DECIDE_SELECT);
+	sg_snapshot_free(s);
+}
+
+static void
+test_admission_set_per_algorithm_family(void **state)
+{
+	sg_snapshot *s = admission_snapshot();
+	const char *ex[] = { "b" };
+	sg_decision d;
+
+	(void)state;
+	/* excluded clusters leave the set: (30 + 300) / 100 = 3.3 s */
+	d = admit("wait-and-widen", 3.0, s, ex, 1);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.reason, "input_work_limit_exceeded");
+	assert_int_equal(admit("wait-and-widen", 3.3, s, ex, 1).kind,
+	    SG_DECIDE_SELECT);
+	/* pulsar variants: only clusters with a valid weight count */
+	fx_at(s, 1)->max_input_tps = 0;
+	d = admit("pulsar", 3.0, s, NULL, 0);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.reason, "input_work_limit_exceeded");
+	/* ... but the mean tps, not the weight, is the rate */
+	fx_at(s, 1)->max_input_tps = 1e9;
+	assert_int_equal(admit("pulsar", 3.0, s, NULL, 0).kind,
+	    SG_DECIDE_SELECT);
+	/* the non-pulsar set ignores weights */
+	fx_at(s, 1)->max_input_tps = 0;
+	assert_int_equal(admit("random", 3.0, s, NULL, 0).kind,
+	    SG_DECIDE_SELECT);
+	sg_snapshot_free(s);
+}
+
+static void
+test_admission_without_rate_is_capacity_unavailable(void **state)
+{
+	sg_snapshot *s = admission_snapshot();
+	sg_decision d;
+
+	(void)state;
+	fx_at(s, 0)->last_mean_input_tps = 0;
+	fx_at(s, 1)->last_mean_input_tps = -5;
+	d = admit("power-of-n", 1000, s, NULL, 0);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.reason, "input_work_capacity_unavailable");
+	/* pulsar with no weighted cluster: empty set, no rate */
+	fx_at(s, 0)->last_mean_input_tps = 100;
+	fx_at(s, 0)->max_input_tps = 0;
+	fx_at(s, 1)->max_input_tps = 0;
+	d = admit("pulsar-wait-and-widen", 1000, s, NULL, 0);
+	assert_string_equal(d.reason, "input_work_capacity_unavailable");
+	sg_snapshot_free(s);
+}
+
+/* --- deadlines and polling (ref §6.1–§6.2) ------------------------------------ */
+
+/* ref §4.5.2's snapshot: a wait of 150 ms at elapsed 0. */
+static sg_snapshot *
+waiting_snapshot(bool slow_full)
+{
+	sg_snapshot *s = sg_snapshot_new();
+	sg_cluster c;
+
+	c = fx_cluster("fast", 5, 1, 1, 1000);
+	fx_add(s, &c);
+	c = fx_cluster("slow", 5, 1, slow_full ? 1 : 0, 250);
+	fx_add(s, &c);
+	return s;
+}
+
+static void
+test_wait_is_clamped_to_max_wait(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"wait-and-widen\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = waiting_snapshot(false);
+	sg_request r;
+	sg_decision d;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 200);
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 150);	/* unclamped */
+	r.has_max_wait = true;
+	r.max_wait_ms = 100;
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 100);
+	fx_assert_wait(fx_decide(rt, s, &r, 60), 100);
+	d = fx_decide(rt, s, &r, 100);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.code, "overloaded_error");
+	assert_string_equal(d.reason, "routing_capacity_unavailable");
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_wait_deadline_is_capped_at_60_seconds(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":1,"
+	    "\"cache_affinity_wait_ms\":100000}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(2);
+	sg_request r;
+
+	(void)state;
+	fx_full(s, 0);
+	fx_full(s, 1);
+	fx_req(&r, "r", "k", 10);
+	fx_assert_wait(fx_decide(rt, s, &r, 0), 60000);
+	fx_assert_reject(fx_decide(rt, s, &r, 60000), 503);
+	r.has_max_wait = true;
+	r.max_wait_ms = 90000;			/* capped */
+	fx_assert_wait(fx_decide(rt, s, &r, 59000), 60000);
+	fx_assert_reject(fx_decide(rt, s, &r, 60000), 503);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_unavailable_polls_until_max_wait(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"wait-and-widen\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = waiting_snapshot(true);
+	sg_request r;
+	sg_decision d;
+	double e, delay;
+	int distinct = 0;
+	double first = -1;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 200);
+	/* without x-max-wait-ms: no polling */
+	d = fx_decide(rt, s, &r, 0);
+	fx_assert_reject(d, 503);
+	assert_string_equal(d.reason, "routing_capacity_unavailable");
+	r.has_max_wait = true;
+	r.max_wait_ms = 500;
+	for (e = 0; e < 490; e += 13) {
+		d = fx_decide(rt, s, &r, e);
+		assert_int_equal(d.kind, SG_DECIDE_WAIT);
+		assert_int_equal(d.phase, SG_PHASE_POLL);
+		delay = d.recheck_at_ms - e;
+		assert_true(delay >= 1 && delay <= 9);
+		assert_near(delay, floor(delay), 1e-9);
+		if (first < 0)
+			first = delay;
+		else if (delay != first)
+			distinct = 1;
+		/* deterministic */
+		assert_near(fx_decide(rt, s, &r, e).recheck_at_ms,
+		    d.recheck_at_ms, 0);
+	}
+	assert_true(distinct);
+	d = fx_decide(rt, s, &r, 498);
+	assert_int_equal(d.kind, SG_DECIDE_WAIT);
+	assert_true(d.recheck_at_ms > 498 && d.recheck_at_ms <= 500);
+	fx_assert_reject(fx_decide(rt, s, &r, 500), 503);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/* --- determinism ----------------------------------------------------------------- */
+
+static void
+test_same_inputs_same_decision(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"random\"}");
+	sg_router *a = fx_router(conf, 77), *b = fx_router(conf, 77);
+	sg_router *c = fx_router(conf, 78);
+	sg_snapshot *s = fx_snapshot(16);
+	char id[32];
+	int i, differs = 0;
+
+	(void)state;
+	for (i = 0; i < 40; i++) {
+		sg_request r;
+		sg_decision d1, d2, d3;
+
+		snprintf(id, sizeof(id), "det-%d", i);
+		fx_req(&r, id, NULL, 10);
+		d1 = fx_decide(a, s, &r, 0);
+		d2 = fx_decide(a, s, &r, 0);	/* twice on one router */
+		d3 = fx_decide(b, s, &r, 0);	/* another router */
+		assert_true(fx_same(&d1, &d2));
+		assert_true(fx_same(&d1, &d3));
+		if (fx_decide(c, s, &r, 0).index != d1.index)
+			differs = 1;
+	}
+	assert_true(differs);			/* the seed matters */
+	sg_snapshot_free(s);
+	sg_router_free(a);
+	sg_router_free(b);
+	sg_router_free(c);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_unrelated_models_do_not_change_decisions(void **state)
+{
+	sg_lbconf *c1 = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":3,"
+	    "\"n\":3}}}");
+	sg_lbconf *c2 = fx_conf("{\"default\":\"random\",\"models\":{"
+	    "\"a-first\":{\"algorithm\":\"wait-and-widen\",\"n\":1},"
+	    "\"m\":{\"algorithm\":\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":3,\"n\":3},"
+	    "\"z-last\":\"pulsar\"}}");
+	sg_router *r1 = fx_router(c1, 5), *r2 = fx_router(c2, 5);
+	sg_snapshot *s = fx_snapshot(8);
+	char id[32];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 40; i++) {
+		sg_request r;
+		sg_decision d1, d2;
+
+		snprintf(id, sizeof(id), "unrel-%d", i);
+		fx_req(&r, id, "key", 10);
+		d1 = fx_decide(r1, s, &r, 0);
+		d2 = fx_decide(r2, s, &r, 0);
+		assert_true(fx_same(&d1, &d2));
+	}
+	sg_snapshot_free(s);
+	sg_router_free(r1);
+	sg_router_free(r2);
+	sg_lbconf_free(c1);
+	sg_lbconf_free(c2);
+}
+
+/* --- explain ---------------------------------------------------------------------- */
+
+static void
+assert_keys(json_t *o, const char *const *keys)
+{
+	for (; *keys != NULL; keys++)
+		if (json_object_get(o, *keys) == NULL)
+			fail_msg("explain: missing \"%s\"", *keys);
+}
+
+static void
+test_explain_table_shape(void **state)
+{
+	static const char *const top[] = { "algorithm", "x_ms", "scale",
+	    "session", "original_order", "effective_order", "affinity_group",
+	    "candidates", NULL };
+	static const char *const cand[] = { "cluster_id", "excluded",
+	    "queue_ms", "prefill_ms", "ttft_ms", "comparator_ms", "bucket",
+	    "has_capacity", "affinity_rank", "kv_feasible", NULL };
+	static const char *const sess[] = { "state", "promoted",
+	    "last_cluster_id", NULL };
+	const char *algs[] = { "wait-and-widen", "pulsar-wait-and-widen" };
+	char text[512];
+	size_t a, i;
+
+	(void)state;
+	for (a = 0; a < 2; a++) {
+		sg_lbconf *conf;
+		sg_router *rt;
+		sg_snapshot *s = fx_snapshot(4);
+		json_t *ex = NULL, *cands;
+		sg_request r;
+
+		snprintf(text, sizeof(text), "{\"models\":{\"m\":{\"algorithm\":"
+		    "\"%s\",\"cache_affinity_backend_selection_count\":2,"
+		    "\"cache_affinity_wait_ms\":100,"
+		    "\"last_cluster_affinity\":true}}}", algs[a]);
+		conf = fx_conf(text);
+		rt = fx_router(conf, 1);
+		for (i = 0; i < 4; i++)
+			fx_full(s, i);
+		fx_at(s, 3)->last_mean_input_tps = 0;	/* infinite prefill */
+		fx_req(&r, "r-ex", "key", 10);
+		r.last_cluster_id = "c2";
+		assert_int_equal(sg_router_explain(rt, s, &r, 150, &ex, NULL),
+		    0);
+		assert_keys(ex, top);
+		assert_string_equal(json_string_value(json_object_get(ex,
+		    "algorithm")), algs[a]);
+		assert_keys(json_object_get(ex, "session"), sess);
+		assert_string_equal(json_string_value(json_object_get(
+		    json_object_get(ex, "session"), "state")), "returning");
+		if (a == 1)
+			assert_non_null(json_object_get(ex, "open_set"));
+		cands = json_object_get(ex, "candidates");
+		assert_int_equal(json_array_size(cands), 4);
+		for (i = 0; i < 4; i++)
+			assert_keys(json_array_get(cands, i), cand);
+		assert_true(json_is_null(json_object_get(json_array_get(cands,
+		    3), "prefill_ms")));
+		assert_string_equal(json_string_value(json_array_get(
+		    json_object_get(ex, "effective_order"), 0)), "c2");
+		/* explain does not classify the request */
+		assert_int_equal(r.session_state, SG_SESSION_UNCLASSIFIED);
+		json_decref(ex);
+		/* a classified request: explain uses the recorded state */
+		fx_decide(rt, s, &r, 0);
+		assert_int_equal(r.session_state, SG_SESSION_RETURNING);
+		r.last_cluster_id = NULL;	/* would be "new" if reclassified */
+		assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, NULL), 0);
+		assert_string_equal(json_string_value(json_object_get(
+		    json_object_get(ex, "session"), "state")), "returning");
+		json_decref(ex);
+		sg_snapshot_free(s);
+		sg_router_free(rt);
+		sg_lbconf_free(conf);
+	}
+}
+
+static void
+test_explain_empty_snapshot_and_errors(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"power-of-n\"}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new();
+	json_t *ex = NULL;
+	sg_error err;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, NULL), 0);
+	assert_int_equal(json_array_size(json_object_get(ex, "candidates")), 0);
+	json_decref(ex);
+	r.routing_method = "nope";
+	sg_error_clear(&err);
+	assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, &err),
+	    SG_EREQUEST);
+	assert_int_equal(err.status, 400);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_explain_does_not_advance_round_robin(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"round-robin\"}");
+	sg_router *a = fx_router(conf, 1), *b = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(5);
+	size_t i, seen = 0;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	for (i = 0; i < 12; i++) {
+		json_t *ex = NULL;
+		sg_decision da, db;
+
+		assert_int_equal(sg_router_explain(a, s, &r, 0, &ex, NULL), 0);
+		json_decref(ex);
+		da = fx_decide(a, s, &r, 0);
+		db = fx_decide(b, s, &r, 0);
+		assert_int_equal(da.index, db.index);
+		assert_int_equal(da.index, i % 5);	/* it does advance */
+		seen |= (size_t)1 << da.index;
+	}
+	assert_int_equal(seen, 0x1f);
+	sg_snapshot_free(s);
+	sg_router_free(a);
+	sg_router_free(b);
+	sg_lbconf_free(conf);
+}
+
+/* Round-robin counters are per definition: an override shares the
+ * definition's counter only when it resolves to the same definition. */
+static void
+test_round_robin_counter_per_definition(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"round-robin\","
+	    "\"models\":{\"other\":\"round-robin\"}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(3);
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", NULL, 10);
+	fx_assert_select(fx_decide(rt, s, &r, 0), 0);
+	r.routing_method = "round-robin";	/* same definition */
+	fx_assert_select(fx_decide(rt, s, &r, 0), 1);
+	r.model = "other";			/* another definition */
+	r.routing_method = NULL;
+	fx_assert_select(fx_decide(rt, s, &r, 0), 0);
+	r.model = "m";
+	fx_assert_select(fx_decide(rt, s, &r, 0), 2);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+static void
+test_router_new_rejects_missing_config(void **state)
+{
+	sg_router *rt = NULL;
+
+	(void)state;
+	assert_int_equal(sg_router_new(&rt, NULL, 1, NULL), SG_EINVAL);
+	assert_null(rt);
+	sg_router_free(NULL);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_resolution_errors_are_400_with_their_class),
+		cmocka_unit_test(test_required_cache_affinity_key_is_400),
+		cmocka_unit_test(test_bad_elapsed_is_invalid),
+		cmocka_unit_test(test_empty_snapshot_is_404_no_eligible_candidates),
+		cmocka_unit_test(test_all_excluded_is_503_overloaded),
+		cmocka_unit_test(test_admission_worked_check_3_seconds),
+		cmocka_unit_test(test_admission_set_per_algorithm_family),
+		cmocka_unit_test(test_admission_without_rate_is_capacity_unavailable),
+		cmocka_unit_test(test_wait_is_clamped_to_max_wait),
+		cmocka_unit_test(test_wait_deadline_is_capped_at_60_seconds),
+		cmocka_unit_test(test_unavailable_polls_until_max_wait),
+		cmocka_unit_test(test_same_inputs_same_decision),
+		cmocka_unit_test(test_unrelated_models_do_not_change_decisions),
+		cmocka_unit_test(test_explain_table_shape),
+		cmocka_unit_test(test_explain_empty_snapshot_and_errors),
+		cmocka_unit_test(test_explain_does_not_advance_round_robin),
+		cmocka_unit_test(test_round_robin_counter_per_definition),
+		cmocka_unit_test(test_router_new_rejects_missing_config),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
