@@ -254,28 +254,32 @@ ranks_before(const sg_snapshot *s, const double *score, size_t a, size_t b)
 /*
  * Scores of every candidate into score[]: weight / -ln(u) (> 0) when ranked,
  * -1 when the cluster has no valid weight or an unusable hash.  Returns the
- * number ranked.
+ * number ranked.  Two passes: the hashes first (stored as raw bits in
+ * score[]), then the logarithms, so that neither pass is one long
+ * dependency chain per candidate.
  */
 static size_t
 pulsar_scores(const sgi_ctx *x, double *score)
 {
 	sgi_hashbuf prefix;
 	size_t i, nr = 0;
+	uint64_t h;
+	double w;
 
 	sgi_pulsar_prefix(&prefix, x->def, x->req);
 	for (i = 0; i < x->n; i++) {
 		const sg_cluster *c = sg_snapshot_get(x->snap, i);
-		double w;
 
-		score[i] = -1;
-		if (!sgi_pulsar_weight(x->def, c, &w))
-			continue;
-		if (!sgi_pulsar_score(sgi_pulsar_hash(&prefix, c->id,
-		    c->id_len), w, &score[i])) {
+		h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
+		memcpy(&score[i], &h, sizeof h);
+	}
+	for (i = 0; i < x->n; i++) {
+		memcpy(&h, &score[i], sizeof h);
+		if (sgi_pulsar_weight(x->def, sg_snapshot_get(x->snap, i), &w) &&
+		    sgi_pulsar_score(h, w, &score[i]))
+			nr++;
+		else
 			score[i] = -1;
-			continue;
-		}
-		nr++;
 	}
 	return nr;
 }
