@@ -73,7 +73,7 @@ sg_router_free(sg_router *rt)
 	free(rt);
 }
 
-/* --- steps ------------------------------------------------------------------- */
+/* --- steps ---------------------------------------------------------------- */
 
 /* Resolve the definition and check require_cache_affinity_key. */
 static int
@@ -94,7 +94,7 @@ resolve(const sg_router *rt, const sg_request *req, const sg_algdef **out,
 		    "of this model", sg_algorithm_name(d->algorithm));
 	if (d->id >= rt->ndefs)
 		return sg_seterr(err, SG_EINVAL,
-		    "router: definition %u does not belong to this configuration",
+		    "router: definition %u is not from this configuration",
 		    d->id);
 	*out = d;
 	return 0;
@@ -277,7 +277,7 @@ deadlines(const sgi_ctx *x, sg_decision *out)
 	reject(out, 503, "overloaded_error", "routing_capacity_unavailable");
 }
 
-/* --- public ------------------------------------------------------------------ */
+/* --- public --------------------------------------------------------------- */
 
 int
 sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,

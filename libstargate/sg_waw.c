@@ -276,6 +276,20 @@ util_cmp(const sg_cluster *a, const sg_cluster *b)
 	return sgi_total_cmp(ra, rb);
 }
 
+/* Some candidate of idx[from..cnt) has a finite TTFT and capacity. */
+static bool
+later_capacity(const struct waw *w, const size_t *idx, size_t from,
+    size_t cnt, uint64_t max_queued)
+{
+	size_t j;
+
+	for (j = from; j < cnt; j++)
+		if (isfinite(w->s->d1[idx[j]]) &&
+		    sgi_has_capacity(cl(w, idx[j]), max_queued))
+			return true;
+	return false;
+}
+
 /*
  * Core selection over set[0..nset) (candidate indices) with prefill scale
  * `scale`, unlock budget e ms and queue admission max_queued.  affinity
@@ -310,8 +324,8 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 			ex_set(w, c, "has_capacity",
 			    json_boolean(sgi_has_capacity(k, max_queued)));
 			if (affinity) {
-				ex_set(w, c, "prefill_ms", jnum(sgi_prefill_ms(k,
-				    w->tokens, scale)));
+				ex_set(w, c, "prefill_ms",
+				    jnum(sgi_prefill_ms(k, w->tokens, scale)));
 				ex_set(w, c, "ttft_ms", jnum(sgi_ttft_ms(k,
 				    w->tokens, w->prio, scale,
 				    d->ignore_queue_time,
@@ -362,14 +376,11 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 			if (gap > B) {
 				need = gap * f;
 				if (budget < need) {
-					for (j = unlocked; j < cnt; j++)
-						if (isfinite(s->d1[idx[j]]) &&
-						    sgi_has_capacity(cl(w, idx[j]),
-						    max_queued)) {
-							have_wait = true;
-							wait = need - budget;
-							break;
-						}
+					if (later_capacity(w, idx, unlocked,
+					    cnt, max_queued)) {
+						have_wait = true;
+						wait = need - budget;
+					}
 					break;
 				}
 				budget -= need;
@@ -502,8 +513,8 @@ ring_sort(const struct waw *w, uint64_t *h, uint32_t *ix, size_t n)
 		uint32_t ti = ix[i];
 		size_t j;
 
-		for (j = i; j > 0 && ring_cmp(w, th, ti, h[j - 1], ix[j - 1]) < 0;
-		    j--) {
+		for (j = i; j > 0 &&
+		    ring_cmp(w, th, ti, h[j - 1], ix[j - 1]) < 0; j--) {
 			h[j] = h[j - 1];
 			ix[j] = ix[j - 1];
 		}
@@ -663,7 +674,7 @@ affinity_group(struct waw *w, size_t *group)
 	return got;
 }
 
-/* --- the session plan (ref §5) ---------------------------------------------- */
+/* --- the session plan (ref §5) -------------------------------------------- */
 
 /*
  * Classify (once per request) and fill p.  applies is false when the rules
@@ -725,7 +736,8 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 				p->promoted = true;
 			}
 		} else if (insert) {
-			memmove(&order[1], &order[0], (len - 1) * sizeof(*order));
+			memmove(&order[1], &order[0],
+			    (len - 1) * sizeof(*order));
 			order[0] = (size_t)p->last;
 			p->promoted = true;
 		}
@@ -749,12 +761,13 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 	if (out->kind != SG_DECIDE_SELECT)
 		out->primary = false;
 	else if (p->state == SG_SESSION_RETURNING)
-		out->primary = hint != NULL && strcmp(out->cluster_id, hint) == 0;
+		out->primary = hint != NULL &&
+		    strcmp(out->cluster_id, hint) == 0;
 	else
 		out->primary = out->rank_depth <= gs;
 }
 
-/* --- outcomes ---------------------------------------------------------------- */
+/* --- outcomes ------------------------------------------------------------- */
 
 static void
 out_base(const struct waw *w, sg_decision *out)
@@ -795,7 +808,7 @@ out_unavailable(const struct waw *w, sg_decision *out, int phase)
 	out->phase = phase;
 }
 
-/* --- --explain --------------------------------------------------------------- */
+/* --- --explain ------------------------------------------------------------ */
 
 /* Base candidate table at scale 1.0 (phases refine it). */
 static void
@@ -878,13 +891,14 @@ explain_plan(struct waw *w, const struct plan *p, const size_t *orig,
 		    json_integer((json_int_t)i + 1));
 }
 
-/* --- setup ------------------------------------------------------------------- */
+/* --- setup ---------------------------------------------------------------- */
 
 /* A cache-affinity key is present (blank is absent, ref §1.2). */
 static bool
 has_key(const sg_request *r)
 {
-	return r->cache_affinity_key != NULL && r->cache_affinity_key[0] != '\0';
+	return r->cache_affinity_key != NULL &&
+	    r->cache_affinity_key[0] != '\0';
 }
 
 static void
@@ -912,7 +926,7 @@ min_wait(bool *have, double *acc, double v)
 	*have = true;
 }
 
-/* --- wait-and-widen (ref §4.5.4) --------------------------------------------- */
+/* --- wait-and-widen (ref §4.5.4) ------------------------------------------ */
 
 int
 sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
@@ -933,7 +947,8 @@ sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
 		plan_classify(&w, false, &p);
 		if (x->explain != NULL) {
 			json_object_set_new(x->explain, "x_ms", json_real(0));
-			json_object_set_new(x->explain, "scale", json_real(1.0));
+			json_object_set_new(x->explain, "scale",
+			    json_real(1.0));
 		}
 		for (i = 0; i < x->n; i++)
 			group[i] = i;
@@ -1000,7 +1015,7 @@ done:
 	return 0;
 }
 
-/* --- pulsar-wait-and-widen (ref §4.7.1) -------------------------------------- */
+/* --- pulsar-wait-and-widen (ref §4.7.1) ----------------------------------- */
 
 /* 1-based position of candidate c in order[0..n), and whether an earlier
  * rank was a KV skip. */

@@ -14,7 +14,7 @@ struct pcase {
 	sg_router	*rt;
 	sg_snapshot	*s;
 	sg_request	 r;
-	size_t		 rank[FX_MAXC];	/* rank[i] = candidate index of rank i+1 */
+	size_t		 rank[FX_MAXC];	/* candidate index of rank i+1 */
 	size_t		 nr;
 };
 
@@ -354,14 +354,18 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_worked_check_x300_rank4_at_600),
 		cmocka_unit_test(test_worked_check_x100_s200_rank8_at_500),
-		cmocka_unit_test(test_band_interval_zero_opens_everything_after_x),
+		cmocka_unit_test(
+		    test_band_interval_zero_opens_everything_after_x),
 		cmocka_unit_test(test_band_widths_double),
-		cmocka_unit_test(test_full_primary_without_slo_overflows_to_rank_2),
-		cmocka_unit_test(test_primary_with_queue_room_keeps_the_request),
+		cmocka_unit_test(
+		    test_full_primary_without_slo_overflows_to_rank_2),
+		cmocka_unit_test(
+		    test_primary_with_queue_room_keeps_the_request),
 		cmocka_unit_test(
 		    test_full_primary_with_affinity_wait_waits_then_widens),
 		cmocka_unit_test(test_affinity_phase_covers_k_ranks),
-		cmocka_unit_test(test_kv_infeasible_primary_is_skipped_and_flagged),
+		cmocka_unit_test(
+		    test_kv_infeasible_primary_is_skipped_and_flagged),
 		cmocka_unit_test(test_kv_infeasible_primary_waits_for_x),
 		cmocka_unit_test(test_excluded_primary_is_ineligible),
 		cmocka_unit_test(test_unranked_clusters_are_never_selected),

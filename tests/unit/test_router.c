@@ -19,7 +19,7 @@ decide_rc(sg_router *rt, const sg_snapshot *s, sg_request *r, double e,
 	return sg_router_decide(rt, s, r, e, d, err);
 }
 
-/* --- resolution and request errors ----------------------------------------- */
+/* --- resolution and request errors ---------------------------------------- */
 
 static void
 test_resolution_errors_are_400_with_their_class(void **state)
@@ -111,7 +111,7 @@ test_bad_elapsed_is_invalid(void **state)
 	sg_lbconf_free(conf);
 }
 
-/* --- refusals before the algorithm -------------------------------------------- */
+/* --- refusals before the algorithm ---------------------------------------- */
 
 static void
 test_empty_snapshot_is_404_no_eligible_candidates(void **state)
@@ -160,7 +160,7 @@ test_all_excluded_is_503_overloaded(void **state)
 	sg_lbconf_free(conf);
 }
 
-/* --- input-work admission (ref §4.8) ------------------------------------------ */
+/* --- input-work admission (ref §4.8) -------------------------------------- */
 
 /* (100 tps, 300 queued) and (50 tps, 120 queued), 30 tokens: 3.0 s. */
 static sg_snapshot *
@@ -269,7 +269,7 @@ test_admission_without_rate_is_capacity_unavailable(void **state)
 	sg_snapshot_free(s);
 }
 
-/* --- deadlines and polling (ref §6.1–§6.2) ------------------------------------ */
+/* --- deadlines and polling (ref §6.1–§6.2) -------------------------------- */
 
 /* ref §4.5.2's snapshot: a wait of 150 ms at elapsed 0. */
 static sg_snapshot *
@@ -380,7 +380,7 @@ test_unavailable_polls_until_max_wait(void **state)
 	sg_lbconf_free(conf);
 }
 
-/* --- determinism ----------------------------------------------------------------- */
+/* --- determinism ---------------------------------------------------------- */
 
 static void
 test_same_inputs_same_decision(void **state)
@@ -449,7 +449,7 @@ test_unrelated_models_do_not_change_decisions(void **state)
 	sg_lbconf_free(c2);
 }
 
-/* --- explain ---------------------------------------------------------------------- */
+/* --- explain -------------------------------------------------------------- */
 
 static void
 assert_keys(json_t *o, const char *const *keys)
@@ -482,8 +482,9 @@ test_explain_table_shape(void **state)
 		json_t *ex = NULL, *cands;
 		sg_request r;
 
-		snprintf(text, sizeof(text), "{\"models\":{\"m\":{\"algorithm\":"
-		    "\"%s\",\"cache_affinity_backend_selection_count\":2,"
+		snprintf(text, sizeof(text), "{\"models\":{\"m\":{"
+		    "\"algorithm\":\"%s\","
+		    "\"cache_affinity_backend_selection_count\":2,"
 		    "\"cache_affinity_wait_ms\":100,"
 		    "\"last_cluster_affinity\":true}}}", algs[a]);
 		conf = fx_conf(text);
@@ -517,7 +518,7 @@ test_explain_table_shape(void **state)
 		/* a classified request: explain uses the recorded state */
 		fx_decide(rt, s, &r, 0);
 		assert_int_equal(r.session_state, SG_SESSION_RETURNING);
-		r.last_cluster_id = NULL;	/* would be "new" if reclassified */
+		r.last_cluster_id = NULL;	/* "new" if reclassified */
 		assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, NULL), 0);
 		assert_string_equal(json_string_value(json_object_get(
 		    json_object_get(ex, "session"), "state")), "returning");
@@ -624,14 +625,17 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_resolution_errors_are_400_with_their_class),
+		cmocka_unit_test(
+		    test_resolution_errors_are_400_with_their_class),
 		cmocka_unit_test(test_required_cache_affinity_key_is_400),
 		cmocka_unit_test(test_bad_elapsed_is_invalid),
-		cmocka_unit_test(test_empty_snapshot_is_404_no_eligible_candidates),
+		cmocka_unit_test(
+		    test_empty_snapshot_is_404_no_eligible_candidates),
 		cmocka_unit_test(test_all_excluded_is_503_overloaded),
 		cmocka_unit_test(test_admission_worked_check_3_seconds),
 		cmocka_unit_test(test_admission_set_per_algorithm_family),
-		cmocka_unit_test(test_admission_without_rate_is_capacity_unavailable),
+		cmocka_unit_test(
+		    test_admission_without_rate_is_capacity_unavailable),
 		cmocka_unit_test(test_wait_is_clamped_to_max_wait),
 		cmocka_unit_test(test_wait_deadline_is_capped_at_60_seconds),
 		cmocka_unit_test(test_unavailable_polls_until_max_wait),

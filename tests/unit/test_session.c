@@ -101,13 +101,13 @@ static void
 assert_same(const sg_decision *a, const sg_decision *b)
 {
 	if (!fx_same(a, b))
-		fail_msg("decisions differ: kind %d/%d index %zu/%zu rank %u/%u "
-		    "recheck %g/%g status %d/%d", a->kind, b->kind, a->index,
-		    b->index, a->rank_depth, b->rank_depth, a->recheck_at_ms,
+		fail_msg("decisions differ: kind %d/%d index %zu/%zu "
+		    "rank %u/%u recheck %g/%g status %d/%d", a->kind, b->kind,
+		    a->index, b->index, a->rank_depth, b->rank_depth, a->recheck_at_ms,
 		    b->recheck_at_ms, a->status, b->status);
 }
 
-/* --- random snapshots for the property tests ------------------------------- */
+/* --- random snapshots for the property tests ------------------------------ */
 
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
 
@@ -160,7 +160,7 @@ random_hint(const sg_snapshot *s)
 	return sg_snapshot_get(s, k - 2)->id;
 }
 
-/* --- Compatibility ---------------------------------------------------------- */
+/* --- Compatibility -------------------------------------------------------- */
 
 /*
  * Flag off: decisions are identical with and without the hint, for both
@@ -221,7 +221,8 @@ test_new_and_stale_equal_flag_off_at_x0_property(void **state)
 	for (a = 0; a < NALGS; a++)
 		for (it = 0; it < 300; it++) {
 			sg_snapshot *s = random_snapshot(2 + rnd(7));
-			unsigned k = (unsigned)(1 + rnd(3)), mq = (unsigned)rnd(2);
+			unsigned k = (unsigned)(1 + rnd(3));
+			unsigned mq = (unsigned)rnd(2);
 			sg_lbconf *con, *coff;
 			sg_router *ron, *roff;
 			sg_decision dn, ds, df;
@@ -276,8 +277,9 @@ test_flag_rejected_for_other_algorithms(void **state)
 		sg_lbconf *c = NULL;
 		sg_error err;
 
-		snprintf(text, sizeof(text), "{\"models\":{\"m\":{\"algorithm\":"
-		    "\"%s\",\"last_cluster_affinity\":true}}}", other[i]);
+		snprintf(text, sizeof(text), "{\"models\":{\"m\":{"
+		    "\"algorithm\":\"%s\",\"last_cluster_affinity\":true}}}",
+		    other[i]);
 		sg_error_clear(&err);
 		assert_int_equal(sg_lbconf_parse(&c, text, strlen(text), "t",
 		    &err), SG_ECONFIG);
@@ -287,7 +289,7 @@ test_flag_rejected_for_other_algorithms(void **state)
 	}
 }
 
-/* --- New sessions (X = 300, s = 0.1) ----------------------------------------- */
+/* --- New sessions (X = 300, s = 0.1) -------------------------------------- */
 
 #define SESSION_K1 \
 	"\"cache_affinity_backend_selection_count\":1," \
@@ -410,8 +412,9 @@ test_new_session_ttft_uses_full_scale(void **state)
 		/* returning to A: the discount applies, A wins */
 		fx_assert_select(decide_with(t.rt, t.s, "r-s", ID(&t, 'A'), 0),
 		    R(&t, 'A'));
-		/* flag off with s = 0.1: A wins (so the scale is what differs) */
-		off = sconf(algs[a], "\"cache_affinity_backend_selection_count\":2,"
+		/* flag off with s = 0.1: A wins (the scale is what differs) */
+		off = sconf(algs[a],
+		    "\"cache_affinity_backend_selection_count\":2,"
 		    "\"cache_affinity_wait_ms\":300,"
 		    "\"cache_affinity_input_tokens_scale\":0.1");
 		ro = fx_router(off, 99);
@@ -480,7 +483,7 @@ test_stale_session_equals_new(void **state)
 				fx_full(t.s, R(&t, 'B'));
 			}
 			if (pass == 2)
-				fx_full(t.s, R(&t, 'C'));	/* mostly full */
+				fx_full(t.s, R(&t, 'C'));	/* D free */
 			dn = decide_with(t.rt, t.s, "r-st", NULL, 0);
 			ds = decide_with(t.rt, t.s, "r-st", "no-such-cluster",
 			    0);
@@ -496,7 +499,7 @@ test_stale_session_equals_new(void **state)
 	}
 }
 
-/* --- Returning sessions ------------------------------------------------------ */
+/* --- Returning sessions --------------------------------------------------- */
 
 /* k = 1, order A, B, C, last B: during X wait for B, never A. */
 static void
@@ -816,7 +819,8 @@ test_hint_ignored_when_rules_do_not_apply(void **state)
 		    "\"%s\":{\"algorithm\":\"%s\","
 		    "\"cache_affinity_backend_selection_count\":1,"
 		    "\"cache_affinity_wait_ms\":300}}", SESSION_K1,
-		    sg_algorithm_name(algs[1 - a]), sg_algorithm_name(algs[1 - a]));
+		    sg_algorithm_name(algs[1 - a]),
+		    sg_algorithm_name(algs[1 - a]));
 		ssetup(&t, algs[a], 3, fields);
 		fx_req(&r1, "r-rm", "sess", 1000);
 		fx_req(&r2, "r-rm", "sess", 1000);
@@ -827,7 +831,8 @@ test_hint_ignored_when_rules_do_not_apply(void **state)
 		d2 = fx_decide(t.rt, t.s, &r2, 0);
 		assert_same(&d1, &d2);
 		assert_false(d2.classified);
-		assert_string_equal(d2.algorithm, sg_algorithm_name(algs[1 - a]));
+		assert_string_equal(d2.algorithm,
+		    sg_algorithm_name(algs[1 - a]));
 		/* without the override the same hint is used */
 		r2.routing_method = NULL;
 		d2 = fx_decide(t.rt, t.s, &r2, 0);
@@ -987,7 +992,8 @@ main(void)
 		    test_returning_discount_applies_to_last_cluster_only),
 		cmocka_unit_test(
 		    test_returning_k2_last_outside_group_replaces_last_member),
-		cmocka_unit_test(test_returning_k2_last_inside_group_keeps_members),
+		cmocka_unit_test(
+		    test_returning_k2_last_inside_group_keeps_members),
 		cmocka_unit_test(
 		    test_pwaw_returning_bands_follow_the_rotated_ranking),
 		cmocka_unit_test(
@@ -996,7 +1002,8 @@ main(void)
 		    test_promotion_is_not_carried_into_the_next_request),
 		cmocka_unit_test(test_two_routers_make_the_same_choice),
 		cmocka_unit_test(test_hint_ignored_when_rules_do_not_apply),
-		cmocka_unit_test(test_classification_kept_across_waits_and_retries),
+		cmocka_unit_test(
+		    test_classification_kept_across_waits_and_retries),
 		cmocka_unit_test(test_cache_thrash_sequence),
 	};
 

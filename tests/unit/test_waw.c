@@ -102,7 +102,8 @@ affine_setup(struct affine_case *t, bool all_full)
 {
 	size_t order[3], i;
 
-	t->conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":\"wait-and-widen\","
+	t->conf = fx_conf("{\"models\":{\"m\":{"
+	    "\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":1,"
 	    "\"cache_affinity_wait_ms\":200,\"comparator\":\"utilization\"}}}");
 	t->rt = fx_router(t->conf, 7);
@@ -263,7 +264,8 @@ static void
 test_huge_ring_gives_the_same_group(void **state)
 {
 	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
-	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2}}}");
+	    "\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2}}}");
 	sg_snapshot *s = fx_snapshot(3);
 	sgi_scratch sc;
 	sg_algdef def;
@@ -653,7 +655,8 @@ test_affinity_scale_applies_to_group_bucketing(void **state)
 	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_input_tokens_scale\":0.1}}}");
 	sg_lbconf *full = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
-	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2}}}");
+	    "\"wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2}}}");
 	sg_router *rt = fx_router(conf, 1), *rf = fx_router(full, 1);
 	sg_snapshot *s = fx_snapshot(3);
 	size_t order[3];
@@ -730,14 +733,16 @@ main(void)
 		cmocka_unit_test(test_ring_cache_follows_candidate_changes),
 		cmocka_unit_test(test_bucket_budget_is_consumed_per_bucket),
 		cmocka_unit_test(test_gap_is_measured_from_the_bucket_start),
-		cmocka_unit_test(test_no_wait_when_no_later_candidate_has_capacity),
+		cmocka_unit_test(
+		    test_no_wait_when_no_later_candidate_has_capacity),
 		cmocka_unit_test(test_max_queued_admits_a_full_cluster),
 		cmocka_unit_test(test_ttft_ties_are_ordered_by_cluster_id),
 		cmocka_unit_test(test_excluded_clusters_are_never_selected),
 		cmocka_unit_test(test_excluded_group_member_is_not_replaced),
 		cmocka_unit_test(test_queue_slo_drops_clusters_over_the_bound),
 		cmocka_unit_test(test_sample_comparator_picks_the_minimum),
-		cmocka_unit_test(test_affinity_scale_applies_to_group_bucketing),
+		cmocka_unit_test(
+		    test_affinity_scale_applies_to_group_bucketing),
 		cmocka_unit_test(test_no_key_or_no_k_means_no_group),
 	};
 
