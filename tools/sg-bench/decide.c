@@ -227,6 +227,7 @@ struct world {
 	uint32_t	*ring_idx;
 	size_t		 nring;
 	size_t		*order;
+	size_t		*order2;
 	double		*score;
 	uint64_t	 rr;
 };
@@ -295,9 +296,11 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nreq)
 	w->keys = calloc(nreq, sizeof *w->keys);
 	w->rids = calloc(nreq, sizeof *w->rids);
 	w->order = calloc(n, sizeof *w->order);
+	w->order2 = calloc(n, sizeof *w->order2);
 	w->score = calloc(n, sizeof *w->score);
 	if (w->snap == NULL || w->req == NULL || w->keys == NULL ||
-	    w->rids == NULL || w->order == NULL || w->score == NULL ||
+	    w->rids == NULL || w->order == NULL || w->order2 == NULL ||
+	    w->score == NULL ||
 	    build_snapshot(w->snap, n) != 0)
 		return -1;
 	for (j = 0; j < nreq; j++) {
@@ -333,6 +336,7 @@ world_free(struct world *w)
 	free(w->ring);
 	free(w->ring_idx);
 	free(w->order);
+	free(w->order2);
 	free(w->score);
 	sg_snapshot_free(w->snap);
 	sg_router_free(w->rt);
@@ -340,6 +344,8 @@ world_free(struct world *w)
 }
 
 /* --- floors ------------------------------------------------------------------- */
+
+static volatile size_t	sink;		/* results land here: nothing is elided */
 
 static int
 ring_cmp(const void *a, const void *b)
@@ -420,51 +426,66 @@ floor_ring(struct world *w, const sg_request *r, size_t *group, size_t K)
 	return i;
 }
 
-/* Core selection's unavoidable part over a set: TTFT, bucket span, n=2. */
+/*
+ * Core selection's unavoidable part over a set: TTFT and capacity of each
+ * member, the bucket span, n = 2 samples.  Returns the pick, or SIZE_MAX
+ * when no member has capacity.
+ */
 static size_t
 floor_core(struct world *w, const sg_request *r, const size_t *set,
     size_t nset, sgi_rng *g)
 {
 	double lo = INFINITY, hi = -INFINITY, best = INFINITY;
-	size_t i, pick = 0, s;
+	size_t i, pick = SIZE_MAX, s, ncap = 0;
 
 	for (i = 0; i < nset; i++) {
 		const sg_cluster *c = sg_snapshot_get(w->snap, set[i]);
 		double t = sgi_ttft_ms(c, r->input_tokens, r->priority, 1.0,
 		    false, false);
 
-		w->score[i] = sgi_has_capacity(c, 0) ? t : INFINITY;
 		if (t < lo)
 			lo = t;
 		if (t > hi)
 			hi = t;
+		if (sgi_has_capacity(c, 0))
+			w->order2[ncap++] = set[i];
+		w->score[set[i]] = t;
 	}
-	for (s = 0; s < 2 && nset > 0; s++) {
-		i = (size_t)sgi_rng_below(g, nset);
+	if (hi - lo > 20)	/* several buckets: the walk is part of it */
+		sink += (size_t)(hi - lo);
+	for (s = 0; s < 2 && ncap > 0; s++) {
+		i = w->order2[(size_t)sgi_rng_below(g, ncap)];
 		if (w->score[i] < best) {
 			best = w->score[i];
-			pick = set[i];
+			pick = i;
 		}
 	}
-	return pick + (hi - lo > 20 ? 1 : 0);
+	return pick;
 }
 
+/* N hashes (one pass), then N scores (a second pass, so both pipeline). */
 static size_t
 floor_pulsar_scores(struct world *w, const sg_request *r)
 {
 	sgi_hashbuf prefix;
 	size_t i, nr = 0;
+	uint64_t h;
+	double wt;
 
 	sgi_pulsar_prefix(&prefix, w->def, r);
 	for (i = 0; i < w->n; i++) {
 		const sg_cluster *c = sg_snapshot_get(w->snap, i);
-		double wt;
 
-		w->score[i] = -1;
-		if (sgi_pulsar_weight(w->def, c, &wt) &&
-		    sgi_pulsar_score(sgi_pulsar_hash(&prefix, c->id,
-		    c->id_len), wt, &w->score[i]))
+		h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
+		memcpy(&w->score[i], &h, sizeof h);
+	}
+	for (i = 0; i < w->n; i++) {
+		memcpy(&h, &w->score[i], sizeof h);
+		if (sgi_pulsar_weight(w->def, sg_snapshot_get(w->snap, i), &wt) &&
+		    sgi_pulsar_score(h, wt, &w->score[i]))
 			w->order[nr++] = i;
+		else
+			w->score[i] = -1;
 	}
 	return nr;
 }
@@ -505,12 +526,19 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		    sgi_comparator_ms(sg_snapshot_get(w->snap, group[1]),
 		    r->input_tokens, r->priority, 1.0) ? group[0] : group[1];
 	case FL_WAW:
-		/* ring lookup + walk, then the scan and bucket walk of all */
+		/*
+		 * ring lookup + walk to K = 2, core selection over the group;
+		 * only when no member has capacity, the scan and bucket walk
+		 * over every candidate.
+		 */
 		sgi_rng_seed(&g, 42, w->def, r);
 		nr = floor_ring(w, r, group, 2);
+		best = floor_core(w, r, group, nr, &g);
+		if (best != SIZE_MAX)
+			return best;
 		for (i = 0; i < w->n; i++)
 			w->order[i] = i;
-		return nr + floor_core(w, r, w->order, w->n, &g);
+		return floor_core(w, r, w->order, w->n, &g);
 	case FL_PULSAR:
 		floor_pulsar_scores(w, r);
 		for (i = 0; i < w->n; i++)
@@ -524,7 +552,7 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		/* N hashes + full ranking, then core selection over rank 1..k */
 		sgi_rng_seed(&g, 42, w->def, r);
 		nr = floor_pulsar_scores(w, r);
-		if (nr <= 32) {
+		if (nr <= 64) {
 			size_t j, t;
 
 			for (i = 1; i < nr; i++) {
@@ -537,7 +565,9 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		} else
 			qsort_r(w->order, nr, sizeof *w->order, score_desc,
 			    w->score);
-		return floor_core(w, r, w->order, nr < 2 ? nr : 2, &g);
+		best = floor_core(w, r, w->order, nr < 2 ? nr : 2, &g);
+		return best != SIZE_MAX ? best : floor_core(w, r, w->order,
+		    nr, &g);
 	}
 }
 
@@ -563,8 +593,6 @@ now_ns(void)
 struct tally {
 	unsigned long	select, wait, reject, fail;
 };
-
-static volatile size_t	sink;
 
 static int
 decide_once(struct world *w, size_t j, struct tally *t)
