@@ -161,6 +161,8 @@ struct opts {
 static void
 usage(FILE *fp)
 {
+	size_t i;
+
 	fprintf(fp,
 	    "usage: sg-bench decide [--iterations N] [--warmup N] "
 	    "[--candidates N,N,...]\n"
@@ -175,7 +177,9 @@ usage(FILE *fp)
 	    "  --runs R          runs per cell; the median is reported "
 	    "(default 5)\n"
 	    "  --csv FILE        also write the table as CSV\n"
-	    "  --scenario NAME   only this scenario\n");
+	    "  --scenario NAME   only this scenario, one of:\n");
+	for (i = 0; i < NSCEN; i++)
+		fprintf(fp, "                      %s\n", scenarios[i].name);
 }
 
 static int
@@ -794,6 +798,16 @@ bench_decide_main(int argc, char *argv[])
 	}
 	if (optind != argc)
 		goto bad;
+	if (o.only != NULL) {
+		for (s = 0; s < NSCEN && strcmp(o.only, scenarios[s].name) != 0;
+		    s++)
+			;
+		if (s == NSCEN) {
+			fprintf(stderr, "sg-bench: unknown scenario '%s'\n",
+			    o.only);
+			goto bad;
+		}
+	}
 	if (o.csv != NULL && (csv = fopen(o.csv, "w")) == NULL) {
 		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
 		return EX_CANTCREAT;
@@ -828,6 +842,9 @@ bench_decide_main(int argc, char *argv[])
 				    row.rej, o.iterations, o.runs, BATCH);
 		}
 	}
+	printf("# median of %u runs; p50/p99 over means of batches of %d "
+	    "calls; ratio = p50 / floor p50; allocs = heap allocations per "
+	    "decision after warm-up\n", o.runs, BATCH);
 	if (csv != NULL && fclose(csv) != 0) {
 		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
 		return EX_IOERR;
