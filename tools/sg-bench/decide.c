@@ -47,13 +47,22 @@
 
 /* --- allocation counter ------------------------------------------------------ */
 
+static volatile int	count_allocs;
+static unsigned long	nallocs;
+
+/*
+ * Under AddressSanitizer the sanitizer owns malloc; replacing it would mix
+ * two allocators, so the counter is compiled out and reported as n/a.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNTING	0
+#else
+#define ALLOC_COUNTING	1
+
 void	*__libc_malloc(size_t);
 void	*__libc_calloc(size_t, size_t);
 void	*__libc_realloc(void *, size_t);
 void	 __libc_free(void *);
-
-static volatile int	count_allocs;
-static unsigned long	nallocs;
 
 void *
 malloc(size_t n)
@@ -84,6 +93,7 @@ free(void *p)
 {
 	__libc_free(p);
 }
+#endif
 
 /* --- scenarios --------------------------------------------------------------- */
 
@@ -721,7 +731,8 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 	row->p99 = median(p99s, o->runs);
 	row->floor50 = median(f50s, o->runs);
 	row->ratio = row->p50 / row->floor50;
-	row->allocs = (double)nallocs / (double)o->iterations;
+	row->allocs = ALLOC_COUNTING ?
+	    (double)nallocs / (double)o->iterations : NAN;
 	row->sel = 100.0 * (double)t.select / (double)w.nreq;
 	row->wait = 100.0 * (double)t.wait / (double)w.nreq;
 	row->rej = 100.0 * (double)t.reject / (double)w.nreq;
