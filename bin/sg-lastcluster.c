@@ -64,7 +64,18 @@ usage(int status)
 	    "  stats\n"
 	    "  compact\n"
 	    "  dump\n"
-	    "  load [--progress]\n", progname);
+	    "  load [--progress]\n"
+	    "options (defaults):\n"
+	    "  -d, --dir dir        store directory ($STARGATE_LAST_CLUSTER_STORE,\n"
+	    "                       else " SG_STORE_DEFAULT_PATH ")\n"
+	    "  --ttl dur            entry TTL ($STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
+	    "  --max-entries n      capacity ($STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES,\n"
+	    "                       else 100000)\n"
+	    "  --map-size bytes     initial LMDB map size (64m, grows)\n"
+	    "  --max-readers n      LMDB reader slots (126)\n"
+	    "  --sync               make every group commit durable (off)\n"
+	    "  -h, --help           this text; --version: the version\n",
+	    progname);
 	exit(status);
 }
 
