@@ -706,3 +706,29 @@ start_reader() {
 		! grep -a -q "${k#lc:v1:}" "$f"	# not even the hex key
 	done
 }
+
+# --- deployment files --------------------------------------------------------------------------------
+
+@test "deploy: the timer, the service and the cron line run compact every 5 minutes" {
+	DEP=$BATS_TEST_DIRNAME/../../tools/deploy
+	grep -qx 'OnCalendar=\*:0/5' "$DEP/sg-lastcluster-compact.timer"
+	grep -qx 'ExecStart=/usr/local/bin/sg-lastcluster compact' \
+	    "$DEP/sg-lastcluster-compact.service"
+	grep -qx 'EnvironmentFile=-/etc/stargate/lastcluster.env' \
+	    "$DEP/sg-lastcluster-compact.service"
+	[ "$(grep -cE '^STARGATE_LAST_CLUSTER_(ENABLED|STORE|TTL|LOOKUP_TIMEOUT|LOCAL_MAX_ENTRIES)=' \
+	    "$DEP/lastcluster.env")" -eq 5 ]
+	# Run the cron line itself on a test store, with the example
+	# environment file (its STORE pointed at the test store).
+	line=$(grep -E '^\*/5 \* \* \* \* stargate ' "$DEP/sg-lastcluster-compact.cron")
+	cmd=${line#'*/5 * * * * stargate '}
+	sed "s|^STARGATE_LAST_CLUSTER_STORE=.*|STARGATE_LAST_CLUSTER_STORE=$D|" \
+	    "$DEP/lastcluster.env" >"$T/env"
+	cmd=${cmd//\/etc\/stargate\/lastcluster.env/$T/env}
+	cmd=${cmd//\/usr\/local\/bin\/sg-lastcluster/$LC}
+	records 0 10 $(($(now_ms) - 3600000)) | "$LC" -d "$D" load >/dev/null
+	run -0 --separate-stderr sh -c "$cmd"
+	run -0 --separate-stderr "$LC" -d "$D" stats
+	[ "$(j .entries)" = 0 ]		# the 10m TTL of the file applied
+	[ "$(j .generation)" = 1 ]	# and the copy was swapped in
+}
