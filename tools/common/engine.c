@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/engine.h"
+#include "engine.h"
 
 enum { RS_FREE = 0, RS_WAIT, RS_RUN, RS_DONE };
 
@@ -970,7 +970,7 @@ eng_advance(eng *e, double now)
 	for (;;) {
 		double t = eng_next_event(e);
 
-		if (!(t <= now))
+		if (!(t <= now) || isinf(t))
 			break;
 		if (t > e->now)
 			e->now = t;

@@ -1,0 +1,551 @@
+/*
+ * test_engine.c — tools/common/engine.c, the engine model shared by
+ * sg-mockengine and sg-sim: queueing, slots, prefill/decode arithmetic, the
+ * prefix KV cache (hits, misses, LRU eviction, pinning, prompt blocks), the
+ * step model, holds, and the snapshot cluster object.  Every expected time
+ * is worked out by hand in the comment above the assertion.
+ */
+#include "sg_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../../tools/common/engine.h"	/* unit tests build without -Itools */
+
+#define MAXEV 64
+
+typedef struct event {
+	uint32_t	handle;
+	int		kind;
+	eng_info	info;
+} event;
+
+typedef struct evlog {
+	event	ev[MAXEV];
+	int	n;
+} evlog;
+
+static void
+record(void *ctx, uint32_t h, int kind, const eng_info *info)
+{
+	evlog *l = ctx;
+
+	if (l->n < MAXEV) {
+		l->ev[l->n].handle = h;
+		l->ev[l->n].kind = kind;
+		l->ev[l->n].info = *info;
+		l->n++;
+	}
+}
+
+/* The n-th event of kind for the request whose udata is tag. */
+static const eng_info *
+find(const evlog *l, int kind, int tag)
+{
+	int i;
+
+	for (i = 0; i < l->n; i++)
+		if (l->ev[i].kind == kind &&
+		    l->ev[i].info.udata == (void *)(intptr_t)tag)
+			return &l->ev[i].info;
+	return NULL;
+}
+
+static eng *
+mk(const eng_config *cfg, evlog *l)
+{
+	eng *e = NULL;
+
+	assert_int_equal(eng_new(&e, cfg, record, l, NULL), 0);
+	return e;
+}
+
+/* Simple model, 1000 prefill tps, 10 decode tps: easy arithmetic. */
+static void
+cfg_simple(eng_config *c, uint32_t slots, uint64_t kv)
+{
+	eng_config_default(c);
+	c->slots = slots;
+	c->prefill_tps = 1000;
+	c->decode_tps = 10;
+	c->kv_capacity_tokens = kv;
+}
+
+static uint32_t
+submit(eng *e, double now, uint64_t key, uint64_t in, uint64_t out, int tag)
+{
+	eng_req r = { .key = key, .input_tokens = in, .output_tokens = out,
+	    .udata = (void *)(intptr_t)tag };
+	uint32_t h = ENG_NONE;
+
+	assert_int_equal(eng_submit(e, now, &r, &h), 0);
+	return h;
+}
+
+static void
+run_all(eng *e)
+{
+	eng_advance(e, INFINITY);
+}
+
+static void
+test_ttft_is_uncached_prefill_and_done_adds_decode(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	e = mk(&c, &l);
+	/* 500 tokens at 1000 tps = 500 ms to the first token; 4 more tokens
+	 * at 10 tps = 400 ms: done at 900. */
+	submit(e, 0, 0, 500, 5, 1);
+	assert_near(eng_next_event(e), 500, 1e-9);
+	run_all(e);
+	assert_int_equal(l.n, 2);
+	assert_int_equal(l.ev[0].kind, ENG_FIRST_TOKEN);
+	assert_int_equal(l.ev[1].kind, ENG_DONE);
+	i = find(&l, ENG_DONE, 1);
+	assert_near(i->first_token_ms, 500, 1e-9);
+	assert_near(i->done_ms, 900, 1e-9);
+	assert_int_equal(i->generated, 5);
+	assert_true(isinf(eng_next_event(e)));
+	eng_free(e);
+}
+
+static void
+test_fifo_queue_waits_for_a_free_slot(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	sg_cluster cl;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	e = mk(&c, &l);
+	submit(e, 0, 0, 500, 5, 1);
+	submit(e, 0, 0, 300, 2, 2);
+	/* At 100 ms: one running (prefilling, 400 tokens left), one waiting
+	 * (300 tokens): queued = 2, queued input = 700. */
+	eng_advance(e, 100);
+	eng_cluster(e, 100, &cl);
+	assert_int_equal(cl.running, 1);
+	assert_int_equal(cl.queued, 2);
+	assert_int_equal(cl.queued_input_tokens, 700);
+	assert_int_equal(cl.max_engine_concurrency, 1);
+	assert_int_equal(eng_waiting(e), 1);
+	run_all(e);
+	/* The second gets the slot at 900, prefills 300 ms: first token at
+	 * 1200, one more token at 10 tps: done at 1300. */
+	assert_near(find(&l, ENG_DONE, 2)->admit_ms, 900, 1e-9);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 2)->first_token_ms, 1200, 1e-9);
+	assert_near(find(&l, ENG_DONE, 2)->done_ms, 1300, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_prefill_is_one_engine_wide_fifo(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+
+	(void)state;
+	cfg_simple(&c, 2, 0);
+	e = mk(&c, &l);
+	/* Both admitted at 0; the second prefills after the first: 500 and
+	 * 500+200 = 700. */
+	submit(e, 0, 0, 500, 1, 1);
+	submit(e, 0, 0, 200, 1, 2);
+	run_all(e);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 1)->first_token_ms, 500, 1e-9);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 2)->admit_ms, 0, 1e-9);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 2)->first_token_ms, 700, 1e-9);
+	/* One output token: done with the first token. */
+	assert_near(find(&l, ENG_DONE, 2)->done_ms, 700, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_cache_hit_skips_prefill_of_the_cached_prefix(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 4, 100000);
+	e = mk(&c, &l);
+	/* Turn 1: 1000 in, 10 out -> the entry covers 1010 tokens. */
+	submit(e, 0, 42, 1000, 10, 1);
+	run_all(e);
+	i = find(&l, ENG_DONE, 1);
+	assert_false(i->hit);
+	assert_int_equal(i->reused_tokens, 0);
+	assert_int_equal(i->uncached_tokens, 1000);
+	assert_int_equal(eng_kv_used(e), 1010);
+	/* Turn 2 at 5000: 1200 in; 1010 reused, 190 prefilled: TTFT 190 ms. */
+	submit(e, 5000, 42, 1200, 1, 2);
+	run_all(e);
+	i = find(&l, ENG_FIRST_TOKEN, 2);
+	assert_true(i->hit);
+	assert_int_equal(i->cached_tokens, 1010);
+	assert_int_equal(i->reused_tokens, 1010);
+	assert_int_equal(i->uncached_tokens, 190);
+	assert_near(i->first_token_ms - i->arrive_ms, 190, 1e-9);
+	/* Entry grows to 1200 + 1. */
+	assert_int_equal(eng_kv_used(e), 1201);
+	assert_int_equal(eng_counters_get(e)->cache_hits, 1010);
+	assert_int_equal(eng_counters_get(e)->cache_queries, 2200);
+	eng_free(e);
+}
+
+static void
+test_cache_miss_for_another_key_and_reuse_capped_at_input(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 4, 100000);
+	e = mk(&c, &l);
+	submit(e, 0, 1, 800, 200, 1);
+	run_all(e);
+	submit(e, 100000, 2, 800, 1, 2);
+	submit(e, 100000, 1, 300, 1, 3);
+	run_all(e);
+	i = find(&l, ENG_DONE, 2);
+	assert_false(i->hit);
+	assert_int_equal(i->uncached_tokens, 800);
+	/* Key 1 holds 1000 tokens; a 300-token prompt reuses 300. */
+	i = find(&l, ENG_DONE, 3);
+	assert_true(i->hit);
+	assert_int_equal(i->cached_tokens, 1000);
+	assert_int_equal(i->reused_tokens, 300);
+	assert_int_equal(i->uncached_tokens, 0);
+	eng_free(e);
+}
+
+static void
+test_lru_eviction_removes_least_recent_entry(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 1, 3000);
+	e = mk(&c, &l);
+	/* A, B, C: 999 + 1 = 1000 tokens each; the cache is full. */
+	submit(e, 0, 0xA, 999, 1, 1);
+	submit(e, 0, 0xB, 999, 1, 2);
+	submit(e, 0, 0xC, 999, 1, 3);
+	run_all(e);
+	assert_int_equal(eng_kv_used(e), 3000);
+	/* A again (hit): now B is the least recently used. */
+	submit(e, 10000, 0xA, 999, 1, 4);
+	run_all(e);
+	assert_true(find(&l, ENG_DONE, 4)->hit);
+	/* D needs 1000: evicts B (one entry, 1000 tokens). */
+	submit(e, 20000, 0xD, 999, 1, 5);
+	run_all(e);
+	i = find(&l, ENG_DONE, 5);
+	assert_int_equal(i->evicted_entries, 1);
+	assert_int_equal(i->evicted_tokens, 1000);
+	assert_int_equal(eng_kv_used(e), 3000);
+	submit(e, 30000, 0xB, 999, 1, 6);
+	submit(e, 30000, 0xA, 999, 1, 7);
+	run_all(e);
+	assert_false(find(&l, ENG_DONE, 6)->hit);
+	/* B's return evicted C (A was touched after C), so A still hits. */
+	assert_true(find(&l, ENG_DONE, 7)->hit);
+	assert_int_equal(eng_counters_get(e)->evicted_entries, 2);
+	eng_free(e);
+}
+
+static void
+test_active_request_pins_its_entry(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 2, 2000);
+	e = mk(&c, &l);
+	/* A prefills 1000 tokens (entry 1000) and then decodes for a long
+	 * time; B needs 1500: it can only evict nothing (A is pinned), so B
+	 * caches what fits: 1000. */
+	submit(e, 0, 0xA, 1000, 1000, 1);
+	submit(e, 0, 0xB, 1500, 1, 2);
+	eng_advance(e, 3000);
+	i = find(&l, ENG_DONE, 2);
+	assert_non_null(i);
+	assert_int_equal(i->evicted_entries, 0);
+	assert_int_equal(eng_kv_used(e), 2000);
+	run_all(e);
+	eng_free(e);
+}
+
+static void
+test_prompt_blocks_cache_a_shared_prefix(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	uint64_t b1[4] = { 11, 12, 13, 14 }, b2[4] = { 11, 12, 23, 24 };
+	eng_req r = { .input_tokens = 64, .output_tokens = 1 };
+	uint32_t h;
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 1, 100000);
+	c.block_tokens = 16;
+	e = mk(&c, &l);
+	r.blocks = b1;
+	r.nblocks = 4;
+	r.udata = (void *)1;
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);
+	run_all(e);
+	assert_int_equal(eng_kv_used(e), 64);
+	/* Same first two blocks: 32 tokens cached, 32 prefilled (32 ms). */
+	r.blocks = b2;
+	r.udata = (void *)2;
+	assert_int_equal(eng_submit(e, 1000, &r, &h), 0);
+	run_all(e);
+	i = find(&l, ENG_FIRST_TOKEN, 2);
+	assert_int_equal(i->cached_tokens, 32);
+	assert_int_equal(i->uncached_tokens, 32);
+	assert_near(i->first_token_ms - 1000, 32, 1e-9);
+	assert_int_equal(eng_kv_used(e), 96);
+	eng_free(e);
+}
+
+static void
+test_hold_fills_slots_and_release_drains(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	sg_cluster cl;
+
+	(void)state;
+	cfg_simple(&c, 2, 0);
+	e = mk(&c, &l);
+	eng_hold(e, 0, 2);
+	submit(e, 0, 0, 100, 1, 1);
+	eng_advance(e, 1000);
+	eng_cluster(e, 1000, &cl);
+	assert_int_equal(cl.running, 2);
+	assert_int_equal(cl.queued, 1);
+	assert_int_equal(l.n, 0);
+	/* Released at 1000: prefill 100 ms, first token at 1100. */
+	eng_release(e, 1000);
+	run_all(e);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 1)->first_token_ms, 1100, 1e-9);
+	eng_cluster(e, 2000, &cl);
+	assert_int_equal(cl.running, 0);
+	assert_int_equal(cl.queued, 0);
+	eng_free(e);
+}
+
+static void
+test_max_queue_rejects_beyond_the_limit(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng_req r = { .input_tokens = 10, .output_tokens = 1 };
+	uint32_t h;
+	eng *e;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	c.max_queue = 1;
+	e = mk(&c, &l);
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);	/* runs */
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);	/* waits */
+	assert_int_equal(eng_submit(e, 0, &r, &h), ENG_EFULL);
+	assert_int_equal(eng_counters_get(e)->requests_rejected, 1);
+	run_all(e);
+	eng_free(e);
+}
+
+static void
+test_cancelled_waiting_request_leaves_queue_silently(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	uint32_t h;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	e = mk(&c, &l);
+	submit(e, 0, 0, 100, 1, 1);
+	h = submit(e, 0, 0, 100, 1, 2);
+	submit(e, 0, 0, 100, 1, 3);
+	eng_cancel(e, h);
+	assert_int_equal(eng_waiting(e), 1);
+	run_all(e);
+	assert_null(find(&l, ENG_DONE, 2));
+	/* 3 goes right after 1: first token at 200. */
+	assert_near(find(&l, ENG_FIRST_TOKEN, 3)->first_token_ms, 200, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_step_model_chunks_prefill_and_decodes_per_step(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	const eng_info *i;
+
+	(void)state;
+	cfg_simple(&c, 4, 0);
+	c.step_model = true;
+	c.max_batched_tokens = 100;
+	c.step_fixed_ms = 1;
+	c.step_decode_ms_per_seq = 0.5;
+	c.step_prefill_ms_per_token = 0.01;
+	e = mk(&c, &l);
+	/* 250 tokens: steps of 100 (2 ms), 100 (2 ms), 50 (1.5 ms): first
+	 * token at 5.5; then two decode steps of 1 + 0.5 = 1.5 ms: 7, 8.5. */
+	submit(e, 0, 0, 250, 3, 1);
+	run_all(e);
+	i = find(&l, ENG_DONE, 1);
+	assert_near(i->first_token_ms, 5.5, 1e-9);
+	assert_near(i->done_ms, 8.5, 1e-9);
+	assert_int_equal(i->generated, 3);
+	eng_free(e);
+}
+
+static void
+test_step_model_shares_a_step_between_decode_and_prefill(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+
+	(void)state;
+	cfg_simple(&c, 4, 0);
+	c.step_model = true;
+	c.max_batched_tokens = 100;
+	c.step_fixed_ms = 1;
+	c.step_decode_ms_per_seq = 0.5;
+	c.step_prefill_ms_per_token = 0.01;
+	e = mk(&c, &l);
+	/* A: 100 tokens, first token at 2 (1 + 1 ms).  B arrives at 1: joins
+	 * the step starting at 2, with A decoding: budget 99, B prefill 99:
+	 * 1 + 0.5 + 0.99 = 2.49 -> 4.49; then B's last token: one step with
+	 * A decoding too and B prefill 1 token: 1 + 0.5 + 0.01 -> 6.0. */
+	submit(e, 0, 0, 100, 10, 1);
+	eng_advance(e, 1);
+	submit(e, 1, 0, 100, 1, 2);
+	run_all(e);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 1)->first_token_ms, 2, 1e-9);
+	assert_near(find(&l, ENG_FIRST_TOKEN, 2)->first_token_ms, 6.0, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_mean_input_tps_is_measured_prefill_rate(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	sg_cluster cl;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	c.prio_map = true;
+	e = mk(&c, &l);
+	eng_cluster(e, 0, &cl);
+	/* Before any sample: the peak rate. */
+	assert_near(cl.last_mean_input_tps, 1000, 1e-9);
+	assert_near(cl.max_input_tps, 1000, 1e-9);
+	submit(e, 0, 0, 400, 1, 1);
+	submit(e, 0, 0, 400, 1, 2);
+	run_all(e);
+	eng_cluster(e, 1000, &cl);
+	assert_near(cl.last_mean_input_tps, 1000, 1e-9);
+	assert_int_equal(cl.nprio, 1);
+	assert_near(cl.prio_ms[0], 0, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_generated_tokens_progress_with_decode_rate(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	uint32_t h;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	e = mk(&c, &l);
+	h = submit(e, 0, 0, 100, 10, 1);
+	eng_advance(e, 50);
+	assert_int_equal(eng_generated(e, h, 50), 0);
+	eng_advance(e, 100);
+	assert_int_equal(eng_generated(e, h, 100), 1);
+	/* 10 tps: one token per 100 ms after the first. */
+	eng_advance(e, 350);
+	assert_int_equal(eng_generated(e, h, 350), 3);
+	run_all(e);
+	assert_near(find(&l, ENG_DONE, 1)->done_ms, 1000, 1e-9);
+	eng_free(e);
+}
+
+static void
+test_bad_config_names_the_field(void **state)
+{
+	eng_config c;
+	const char *why = NULL;
+	eng *e = NULL;
+
+	(void)state;
+	eng_config_default(&c);
+	c.slots = 0;
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, &why), EINVAL);
+	assert_string_equal(why, "slots");
+	eng_config_default(&c);
+	c.prefill_tps = 0;
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, &why), EINVAL);
+	assert_string_equal(why, "prefill_tps");
+	assert_null(e);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ttft_is_uncached_prefill_and_done_adds_decode),
+		cmocka_unit_test(test_fifo_queue_waits_for_a_free_slot),
+		cmocka_unit_test(test_prefill_is_one_engine_wide_fifo),
+		cmocka_unit_test(test_cache_hit_skips_prefill_of_the_cached_prefix),
+		cmocka_unit_test(test_cache_miss_for_another_key_and_reuse_capped_at_input),
+		cmocka_unit_test(test_lru_eviction_removes_least_recent_entry),
+		cmocka_unit_test(test_active_request_pins_its_entry),
+		cmocka_unit_test(test_prompt_blocks_cache_a_shared_prefix),
+		cmocka_unit_test(test_hold_fills_slots_and_release_drains),
+		cmocka_unit_test(test_max_queue_rejects_beyond_the_limit),
+		cmocka_unit_test(test_cancelled_waiting_request_leaves_queue_silently),
+		cmocka_unit_test(test_step_model_chunks_prefill_and_decodes_per_step),
+		cmocka_unit_test(test_step_model_shares_a_step_between_decode_and_prefill),
+		cmocka_unit_test(test_mean_input_tps_is_measured_prefill_rate),
+		cmocka_unit_test(test_generated_tokens_progress_with_decode_rate),
+		cmocka_unit_test(test_bad_config_names_the_field),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
