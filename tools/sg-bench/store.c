@@ -1,0 +1,810 @@
+/*
+ * store.c — `sg-bench store`: the last-cluster store (sg_store.h, LMDB
+ * backend) next to the raw LMDB loops it is built on, and next to Redis as
+ * the multi-host alternative (perf-anchors.md §3, §4, §7C).
+ *
+ * Measurements, each repeated --runs times (median of the runs reported,
+ * with the coefficient of variation across runs):
+ *   lookup   per-call latency of sg_store_lookup() on a store of --entries
+ *            entries, random existing keys, against a raw loop
+ *            mdb_txn_renew + mdb_get + mdb_txn_reset on the same file (the
+ *            store is closed while the raw loop runs: one environment per
+ *            process); the order alternates between runs.  Goal C1:
+ *            p50 <= 1.3x raw, p99 < 10 us.
+ *   write    throughput of sg_store_put() (group commit, default MDB_NOSYNC
+ *            mode) of new keys into the full store (each write also evicts
+ *            one entry), from the first enqueue to the end of the flush.
+ *            Goal > 100000 writes/s.  The caller-side enqueue time is
+ *            reported too.
+ *   sync     the same with the sync option (every group commit durable)
+ *            against a raw loop of 1000 mdb_put per durable transaction on
+ *            an environment of the same size.  Goal C2: >= 0.8x raw.
+ *   redis    GET and SET with one synchronous hiredis client against a
+ *            redis-server started here on a free loopback port (or
+ *            --redis HOST:PORT), same keys and values; skipped with a
+ *            message when redis-server is not installed.
+ * Timing: clock_gettime(CLOCK_MONOTONIC) around every call (the ~20 ns of
+ * the two reads is in both sides of every ratio).
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <lmdb.h>
+
+#include "sg_store.h"
+#include "sg_store_internal.h"
+#include "sg-bench/bench.h"
+
+#define RAW_DB		"lc1"		/* sg_store_lmdb.c's main database */
+#define CLUSTER_ID	"cluster-us-east-2a"
+#define MAXRUNS		25
+
+struct opts {
+	uint64_t	 entries;
+	uint64_t	 lookups;
+	uint64_t	 writes;
+	uint64_t	 sync_writes;
+	int		 runs;
+	const char	*dir;
+	const char	*redis;		/* "host:port", or NULL: start one */
+	bool		 no_redis;
+	bool		 json;
+};
+
+struct pct {
+	double	p50, p99, mean;	/* ns */
+};
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int
+cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static struct pct
+percentiles(uint32_t *s, size_t n)
+{
+	struct pct p = { 0, 0, 0 };
+	double sum = 0;
+	size_t i;
+
+	if (n == 0)
+		return p;
+	qsort(s, n, sizeof(*s), cmp_u32);
+	for (i = 0; i < n; i++)
+		sum += s[i];
+	p.p50 = s[n / 2];
+	p.p99 = s[(size_t)((double)n * 0.99)];
+	p.mean = sum / (double)n;
+	return p;
+}
+
+/* Median and coefficient of variation of v[0..n) (sorts a copy). */
+static double
+median(const double *v, int n, double *cv)
+{
+	double tmp[MAXRUNS], mean = 0, var = 0;
+	int i;
+
+	memcpy(tmp, v, (size_t)n * sizeof(*v));
+	qsort(tmp, (size_t)n, sizeof(*tmp), cmp_dbl);
+	for (i = 0; i < n; i++)
+		mean += v[i];
+	mean /= n;
+	for (i = 0; i < n; i++)
+		var += (v[i] - mean) * (v[i] - mean);
+	if (cv != NULL)
+		*cv = n > 1 && mean != 0 ? sqrt(var / (n - 1)) / mean : 0;
+	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+/* splitmix64: deterministic keys and orders. */
+static uint64_t
+mix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void
+key_of(char k[SG_LC_KEY_LEN + 1], uint64_t i)
+{
+	char aff[32];
+	int n = snprintf(aff, sizeof(aff), "bench-session-%llu",
+	    (unsigned long long)i);
+
+	sg_lc_key(k, "bench-tenant", 12, "bench-model", 11, aff, (size_t)n);
+}
+
+static int
+rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void
+rm_rf(const char *dir)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static int
+store_open(sg_store **s, const char *dir, bool sync, uint64_t max_entries)
+{
+	sg_store_opts o;
+	sg_error e;
+	int rc;
+
+	sg_store_opts_init(&o);
+	o.path = dir;
+	o.create = true;
+	o.sync = sync;
+	o.max_entries = max_entries;
+	o.map_size = 256ULL << 20;
+	o.queue_max = 1 << 20;
+	sg_error_clear(&e);
+	if ((rc = sg_store_open(s, &o, &e)) != 0)
+		fprintf(stderr, "sg-bench: store: %s\n", e.text);
+	return rc;
+}
+
+static int
+put_all(sg_store *s, char (*keys)[SG_LC_KEY_LEN + 1], uint64_t from,
+    uint64_t to, uint32_t *enq_ns)
+{
+	sg_error e;
+	uint64_t i;
+	int rc;
+
+	for (i = from; i < to; i++) {
+		uint64_t t0 = now_ns();
+
+		rc = sg_store_put(s, keys[i], SG_LC_KEY_LEN, CLUSTER_ID,
+		    sizeof(CLUSTER_ID) - 1, &e);
+		if (enq_ns != NULL)
+			enq_ns[i - from] = (uint32_t)(now_ns() - t0);
+		if (rc == EAGAIN) {
+			if ((rc = sg_store_flush(s, &e)) != 0)
+				break;
+			i--;
+			continue;
+		}
+		if (rc != 0)
+			break;
+	}
+	if (rc == 0)
+		rc = sg_store_flush(s, &e);
+	if (rc != 0)
+		fprintf(stderr, "sg-bench: put: %s\n", e.text);
+	return rc;
+}
+
+/* --- lookups -------------------------------------------------------------- */
+
+static int
+lookup_ours(const char *dir, char (*keys)[SG_LC_KEY_LEN + 1],
+    const uint32_t *order, uint64_t n, uint32_t *ns, struct pct *p)
+{
+	sg_store *s = NULL;
+	sg_store_entry ent;
+	uint64_t i;
+	int rc;
+
+	if ((rc = store_open(&s, dir, false, UINT64_MAX)) != 0)
+		return rc;
+	for (i = 0; i < n / 4; i++)	/* warm the read transaction and cache */
+		sg_store_lookup(s, keys[order[i]], SG_LC_KEY_LEN, &ent, NULL);
+	for (i = 0; i < n; i++) {
+		uint64_t t0 = now_ns();
+
+		rc = sg_store_lookup(s, keys[order[i]], SG_LC_KEY_LEN, &ent,
+		    NULL);
+		ns[i] = (uint32_t)(now_ns() - t0);
+		if (rc != 0) {
+			fprintf(stderr, "sg-bench: lookup %llu: %s\n",
+			    (unsigned long long)i, sg_strerror(rc));
+			break;
+		}
+	}
+	sg_store_close(s);
+	*p = percentiles(ns, n);
+	return rc;
+}
+
+static int
+lookup_raw(const char *dir, unsigned char (*digests)[SGI_DIGEST_LEN],
+    const uint32_t *order, uint64_t n, uint32_t *ns, struct pct *p)
+{
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_dbi dbi;
+	MDB_val k, v;
+	uint64_t i;
+	int rc;
+
+	if ((rc = mdb_env_create(&env)) != 0 ||
+	    (rc = mdb_env_set_maxdbs(env, 4)) != 0 ||
+	    (rc = mdb_env_set_mapsize(env, 256ULL << 20)) != 0 ||
+	    (rc = mdb_env_open(env, dir, MDB_NOTLS | MDB_NOSYNC, 0640)) != 0 ||
+	    (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) != 0 ||
+	    (rc = mdb_dbi_open(txn, RAW_DB, 0, &dbi)) != 0)
+		goto out;
+	/* Commit keeps the handle (a reset would drop it). */
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc != 0 || (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) != 0)
+		goto out;
+	mdb_txn_reset(txn);
+	k.mv_size = SGI_DIGEST_LEN;
+	for (i = 0; i < n / 4; i++) {
+		mdb_txn_renew(txn);
+		k.mv_data = digests[order[i]];
+		mdb_get(txn, dbi, &k, &v);
+		mdb_txn_reset(txn);
+	}
+	for (i = 0; i < n; i++) {
+		uint64_t t0 = now_ns();
+
+		if ((rc = mdb_txn_renew(txn)) != 0)
+			break;
+		k.mv_data = digests[order[i]];
+		rc = mdb_get(txn, dbi, &k, &v);
+		mdb_txn_reset(txn);
+		ns[i] = (uint32_t)(now_ns() - t0);
+		if (rc != 0)
+			break;
+	}
+out:
+	if (rc != 0)
+		fprintf(stderr, "sg-bench: raw lookup: %s\n", mdb_strerror(rc));
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	mdb_env_close(env);
+	*p = percentiles(ns, n);
+	return rc;
+}
+
+/* --- raw durable writes ---------------------------------------------------- */
+
+/* 1000 mdb_put per durable transaction, random 32-byte keys. */
+static int
+raw_sync_puts(const char *dir, uint64_t prefill, uint64_t n, double *rate)
+{
+	MDB_env *env = NULL;
+	MDB_txn *txn = NULL;
+	MDB_dbi dbi;
+	MDB_val k, v;
+	unsigned char key[32], val[16 + sizeof(CLUSTER_ID) - 1];
+	uint64_t seed = 42, i, t0 = 0;
+	int rc, phase;
+
+	memset(val, 'v', sizeof(val));
+	if ((rc = mdb_env_create(&env)) != 0 ||
+	    (rc = mdb_env_set_mapsize(env, 256ULL << 20)) != 0 ||
+	    (rc = mdb_env_open(env, dir, MDB_NOTLS, 0640)) != 0)
+		goto out;
+	for (phase = 0; phase < 2; phase++) {
+		uint64_t count = phase == 0 ? prefill : n;
+
+		if (phase == 1)
+			t0 = now_ns();
+		for (i = 0; i < count; i++) {
+			uint64_t r[4];
+
+			if (i % 1000 == 0 && (rc = mdb_txn_begin(env, NULL, 0,
+			    &txn)) != 0)
+				goto out;
+			if (i == 0 && (rc = mdb_dbi_open(txn, NULL, 0, &dbi)) != 0)
+				goto out;
+			r[0] = mix(&seed);
+			r[1] = mix(&seed);
+			r[2] = mix(&seed);
+			r[3] = mix(&seed);
+			memcpy(key, r, sizeof(key));
+			k.mv_size = sizeof(key);
+			k.mv_data = key;
+			v.mv_size = sizeof(val);
+			v.mv_data = val;
+			if ((rc = mdb_put(txn, dbi, &k, &v, 0)) != 0)
+				goto out;
+			if (i % 1000 == 999 || i + 1 == count) {
+				rc = mdb_txn_commit(txn);
+				txn = NULL;
+				if (rc != 0)
+					goto out;
+			}
+		}
+	}
+	*rate = (double)n / ((double)(now_ns() - t0) / 1e9);
+out:
+	if (rc != 0)
+		fprintf(stderr, "sg-bench: raw sync: %s\n", mdb_strerror(rc));
+	if (txn != NULL)
+		mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return rc;
+}
+
+/* --- redis ------------------------------------------------------------------ */
+
+static int
+free_port(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd, port = -1;
+
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static pid_t
+redis_start(int port)
+{
+	char ps[16];
+	pid_t pid;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	if ((pid = fork()) == 0) {
+		int fd = open("/dev/null", O_RDWR);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execlp("redis-server", "redis-server", "--bind", "127.0.0.1",
+		    "--port", ps, "--save", "", "--appendonly", "no",
+		    "--protected-mode", "yes", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static redisContext *
+redis_connect(const char *host, int port)
+{
+	struct timeval tv = { 1, 0 };
+	redisContext *c;
+	int i;
+
+	for (i = 0; i < 100; i++) {	/* up to ~5 s for the server to start */
+		c = redisConnectWithTimeout(host, port, tv);
+		if (c != NULL && c->err == 0) {
+			redisReply *r = redisCommand(c, "PING");
+
+			if (r != NULL) {
+				freeReplyObject(r);
+				return c;
+			}
+		}
+		if (c != NULL)
+			redisFree(c);
+		usleep(50000);
+	}
+	return NULL;
+}
+
+struct redis_res {
+	struct pct	get, set;
+	double		get_rate, set_rate;
+};
+
+static int
+redis_bench(redisContext *c, char (*keys)[SG_LC_KEY_LEN + 1], uint64_t n,
+    const uint32_t *order, uint64_t lookups, uint32_t *ns,
+    struct redis_res *res)
+{
+	uint64_t i, t0;
+	redisReply *r;
+
+	r = redisCommand(c, "FLUSHDB");
+	freeReplyObject(r);
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		uint64_t t = now_ns();
+
+		r = redisCommand(c, "SET %b %b PX %d", keys[i],
+		    (size_t)SG_LC_KEY_LEN, CLUSTER_ID, sizeof(CLUSTER_ID) - 1,
+		    600000);
+		ns[i] = (uint32_t)(now_ns() - t);
+		if (r == NULL)
+			return EIO;
+		freeReplyObject(r);
+	}
+	res->set_rate = (double)n / ((double)(now_ns() - t0) / 1e9);
+	res->set = percentiles(ns, n);
+	t0 = now_ns();
+	for (i = 0; i < lookups; i++) {
+		uint64_t t = now_ns();
+
+		r = redisCommand(c, "GET %b", keys[order[i]],
+		    (size_t)SG_LC_KEY_LEN);
+		ns[i] = (uint32_t)(now_ns() - t);
+		if (r == NULL || r->type != REDIS_REPLY_STRING) {
+			freeReplyObject(r);
+			return EIO;
+		}
+		freeReplyObject(r);
+	}
+	res->get_rate = (double)lookups / ((double)(now_ns() - t0) / 1e9);
+	res->get = percentiles(ns, lookups);
+	return 0;
+}
+
+/* --- report ----------------------------------------------------------------- */
+
+static void
+machine(void)
+{
+	struct utsname u;
+	char line[256], model[128] = "unknown";
+	FILE *fp;
+
+	if ((fp = fopen("/proc/cpuinfo", "r")) != NULL) {
+		while (fgets(line, sizeof(line), fp) != NULL)
+			if (strncmp(line, "model name", 10) == 0) {
+				char *p = strchr(line, ':');
+
+				if (p != NULL)
+					snprintf(model, sizeof(model), "%s",
+					    p + 2);
+				model[strcspn(model, "\n")] = '\0';
+				break;
+			}
+		fclose(fp);
+	}
+	uname(&u);
+	printf("# machine: %s, %ld cpus, %s %s, lmdb %s\n", model,
+	    sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release,
+	    MDB_VERSION_STRING);
+}
+
+static void
+usage(FILE *fp)
+{
+	fprintf(fp,
+	    "usage: sg-bench store [--entries n] [--lookups n] [--writes n]\n"
+	    "                      [--sync-writes n] [--runs n] [--dir dir]\n"
+	    "                      [--redis host:port | --no-redis] [--json]\n");
+}
+
+int
+bench_store_main(int argc, char *argv[])
+{
+	enum { O_ENTRIES = 256, O_LOOKUPS, O_WRITES, O_SYNCW, O_RUNS, O_DIR,
+	    O_REDIS, O_NOREDIS, O_JSON, O_HELP };
+	static const struct option lo[] = {
+		{ "entries",	required_argument,	NULL,	O_ENTRIES },
+		{ "lookups",	required_argument,	NULL,	O_LOOKUPS },
+		{ "writes",	required_argument,	NULL,	O_WRITES },
+		{ "sync-writes", required_argument,	NULL,	O_SYNCW },
+		{ "runs",	required_argument,	NULL,	O_RUNS },
+		{ "dir",	required_argument,	NULL,	O_DIR },
+		{ "redis",	required_argument,	NULL,	O_REDIS },
+		{ "no-redis",	no_argument,		NULL,	O_NOREDIS },
+		{ "json",	no_argument,		NULL,	O_JSON },
+		{ "help",	no_argument,		NULL,	O_HELP },
+		{ NULL,		0,			NULL,	0 }
+	};
+	struct opts o = { 100000, 200000, 200000, 50000, 5, NULL, NULL,
+	    false, false };
+	char (*keys)[SG_LC_KEY_LEN + 1] = NULL;
+	unsigned char (*digests)[SGI_DIGEST_LEN] = NULL;
+	uint32_t *order = NULL, *ns = NULL;
+	char base[] = "/tmp/sg-bench-store-XXXXXX", path[512];
+	double l_ours50[MAXRUNS], l_ours99[MAXRUNS], l_raw50[MAXRUNS],
+	    l_raw99[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS], s_rate[MAXRUNS],
+	    s_raw[MAXRUNS], cv[8];
+	struct redis_res rr;
+	bool have_redis = false;
+	uint64_t total, i, seed = 7;
+	sg_store *s = NULL;
+	int ch, run, rc = 0, status = EX_SOFTWARE;
+	pid_t rpid = -1;
+
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		uint64_t v = 0;
+
+		if (optarg != NULL && ch != O_DIR && ch != O_REDIS &&
+		    (sg_parse_u64(optarg, strlen(optarg), 1ULL << 32, &v) != 0 ||
+		    v == 0)) {
+			fprintf(stderr, "sg-bench store: bad number '%s'\n",
+			    optarg);
+			return EX_USAGE;
+		}
+		switch (ch) {
+		case O_ENTRIES:	o.entries = v; break;
+		case O_LOOKUPS:	o.lookups = v; break;
+		case O_WRITES:	o.writes = v; break;
+		case O_SYNCW:	o.sync_writes = v; break;
+		case O_RUNS:
+			if (v > MAXRUNS) {
+				fprintf(stderr, "sg-bench store: at most %d "
+				    "runs\n", MAXRUNS);
+				return EX_USAGE;
+			}
+			o.runs = (int)v;
+			break;
+		case O_DIR:	o.dir = optarg; break;
+		case O_REDIS:	o.redis = optarg; break;
+		case O_NOREDIS:	o.no_redis = true; break;
+		case O_JSON:	o.json = true; break;
+		case 'h':
+		case O_HELP:
+			usage(stdout);
+			return EX_OK;
+		default:
+			usage(stderr);
+			return EX_USAGE;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return EX_USAGE;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (o.dir == NULL) {
+		if (mkdtemp(base) == NULL) {
+			perror("sg-bench store: mkdtemp");
+			return EX_CANTCREAT;
+		}
+		o.dir = base;
+	}
+	/* Keys: the populated ones, then fresh ones for every write run. */
+	total = o.entries + (uint64_t)o.runs * (o.writes + o.sync_writes);
+	keys = malloc(total * sizeof(*keys));
+	digests = malloc(o.entries * sizeof(*digests));
+	order = malloc(o.lookups * sizeof(*order));
+	ns = malloc((o.lookups > total ? o.lookups : total) * sizeof(*ns));
+	if (keys == NULL || digests == NULL || order == NULL || ns == NULL) {
+		fprintf(stderr, "sg-bench store: out of memory\n");
+		goto out;
+	}
+	for (i = 0; i < total; i++)
+		key_of(keys[i], i);
+	for (i = 0; i < o.entries; i++) {
+		sgi_lckey k;
+
+		sgi_lckey_parse(&k, keys[i], SG_LC_KEY_LEN);
+		memcpy(digests[i], k.digest, SGI_DIGEST_LEN);
+	}
+	for (i = 0; i < o.lookups; i++)
+		order[i] = (uint32_t)(mix(&seed) % o.entries);
+
+	if (!o.json)
+		machine();
+
+	/* Lookups: one store of o.entries entries, both loops on it. */
+	snprintf(path, sizeof(path), "%s/lookup", o.dir);
+	if (store_open(&s, path, false, UINT64_MAX) != 0 ||
+	    put_all(s, keys, 0, o.entries, NULL) != 0)
+		goto out;
+	sg_store_close(s);
+	s = NULL;
+	for (run = 0; run < o.runs; run++) {
+		struct pct po, pr;
+
+		if (run % 2 == 0) {
+			rc = lookup_ours(path, keys, order, o.lookups, ns, &po);
+			rc = rc ? rc : lookup_raw(path, digests, order,
+			    o.lookups, ns, &pr);
+		} else {
+			rc = lookup_raw(path, digests, order, o.lookups, ns,
+			    &pr);
+			rc = rc ? rc : lookup_ours(path, keys, order,
+			    o.lookups, ns, &po);
+		}
+		if (rc != 0)
+			goto out;
+		l_ours50[run] = po.p50;
+		l_ours99[run] = po.p99;
+		l_raw50[run] = pr.p50;
+		l_raw99[run] = pr.p99;
+	}
+
+	/* Writes: new keys into a full store (each write evicts one). */
+	for (run = 0; run < o.runs; run++) {
+		uint64_t from = o.entries + (uint64_t)run * o.writes, t0;
+		struct pct pe;
+
+		snprintf(path, sizeof(path), "%s/write%d", o.dir, run);
+		if (store_open(&s, path, false, o.entries) != 0 ||
+		    put_all(s, keys, 0, o.entries, NULL) != 0)
+			goto out;
+		t0 = now_ns();
+		if (put_all(s, keys, from, from + o.writes, ns) != 0)
+			goto out;
+		w_rate[run] = (double)o.writes / ((double)(now_ns() - t0) / 1e9);
+		pe = percentiles(ns, o.writes);
+		w_enq[run] = pe.p50;
+		sg_store_close(s);
+		s = NULL;
+		rm_rf(path);
+	}
+
+	/* Durable writes: ours with --sync, raw 1000 puts per txn. */
+	for (run = 0; run < o.runs; run++) {
+		uint64_t from = o.entries + (uint64_t)o.runs * o.writes +
+		    (uint64_t)run * o.sync_writes, t0;
+
+		snprintf(path, sizeof(path), "%s/sync%d", o.dir, run);
+		if (store_open(&s, path, true, o.entries) != 0 ||
+		    put_all(s, keys, 0, o.entries, NULL) != 0)
+			goto out;
+		t0 = now_ns();
+		if (put_all(s, keys, from, from + o.sync_writes, NULL) != 0)
+			goto out;
+		s_rate[run] = (double)o.sync_writes /
+		    ((double)(now_ns() - t0) / 1e9);
+		sg_store_close(s);
+		s = NULL;
+		rm_rf(path);
+		snprintf(path, sizeof(path), "%s/raw%d", o.dir, run);
+		mkdir(path, 0700);
+		if (raw_sync_puts(path, o.entries, o.sync_writes,
+		    &s_raw[run]) != 0)
+			goto out;
+		rm_rf(path);
+	}
+
+	/* Redis, one synchronous client. */
+	if (!o.no_redis) {
+		redisContext *c = NULL;
+		char host[256] = "127.0.0.1";
+		int port = -1;
+
+		if (o.redis != NULL) {
+			const char *colon = strrchr(o.redis, ':');
+
+			if (colon != NULL && (size_t)(colon - o.redis) <
+			    sizeof(host)) {
+				memcpy(host, o.redis, (size_t)(colon - o.redis));
+				host[colon - o.redis] = '\0';
+				port = atoi(colon + 1);
+			}
+		} else if ((port = free_port()) > 0)
+			rpid = redis_start(port);
+		if (port > 0)
+			c = redis_connect(host, port);
+		if (c == NULL)
+			fprintf(stderr, "sg-bench store: no redis-server (%s); "
+			    "skipping the Redis baseline\n", o.redis != NULL ?
+			    o.redis : "is it installed?");
+		else {
+			rc = redis_bench(c, keys, o.entries, order, o.lookups,
+			    ns, &rr);
+			have_redis = rc == 0;
+			redisFree(c);
+		}
+	}
+
+	{
+		double o50 = median(l_ours50, o.runs, &cv[0]);
+		double o99 = median(l_ours99, o.runs, &cv[1]);
+		double r50 = median(l_raw50, o.runs, &cv[2]);
+		double r99 = median(l_raw99, o.runs, &cv[3]);
+		double wr = median(w_rate, o.runs, &cv[4]);
+		double we = median(w_enq, o.runs, NULL);
+		double sr = median(s_rate, o.runs, &cv[5]);
+		double sraw = median(s_raw, o.runs, &cv[6]);
+
+		if (o.json) {
+			printf("{\"entries\":%llu,\"runs\":%d,"
+			    "\"lookup\":{\"p50_ns\":%.0f,\"p99_ns\":%.0f,"
+			    "\"raw_p50_ns\":%.0f,\"raw_p99_ns\":%.0f,"
+			    "\"p50_ratio\":%.3f},"
+			    "\"write\":{\"per_s\":%.0f,\"enqueue_p50_ns\":%.0f},"
+			    "\"sync\":{\"per_s\":%.0f,\"raw_per_s\":%.0f,"
+			    "\"ratio\":%.3f}",
+			    (unsigned long long)o.entries, o.runs, o50, o99, r50,
+			    r99, o50 / r50, wr, we, sr, sraw, sr / sraw);
+			if (have_redis)
+				printf(",\"redis\":{\"get_p50_ns\":%.0f,"
+				    "\"get_p99_ns\":%.0f,\"set_p50_ns\":%.0f,"
+				    "\"set_p99_ns\":%.0f,\"get_per_s\":%.0f,"
+				    "\"set_per_s\":%.0f}", rr.get.p50,
+				    rr.get.p99, rr.set.p50, rr.set.p99,
+				    rr.get_rate, rr.set_rate);
+			printf("}\n");
+		} else {
+			printf("# %llu entries, %llu lookups and %llu writes "
+			    "(%llu durable) per run, median of %d runs "
+			    "(cv in brackets)\n",
+			    (unsigned long long)o.entries,
+			    (unsigned long long)o.lookups,
+			    (unsigned long long)o.writes,
+			    (unsigned long long)o.sync_writes, o.runs);
+			printf("lookup   sg_store_lookup   p50 %7.0f ns [%.2f]  "
+			    "p99 %7.0f ns [%.2f]\n", o50, cv[0], o99, cv[1]);
+			printf("lookup   raw renew/get/reset p50 %5.0f ns [%.2f]  "
+			    "p99 %7.0f ns [%.2f]\n", r50, cv[2], r99, cv[3]);
+			printf("lookup   ratio p50 %.2fx (goal <= 1.30), "
+			    "p99 %.2f us (goal < 10)\n", o50 / r50, o99 / 1000);
+			printf("write    group commit      %9.0f writes/s [%.2f] "
+			    "(goal > 100000), enqueue p50 %.0f ns\n", wr, cv[4],
+			    we);
+			printf("sync     group commit      %9.0f writes/s [%.2f]\n",
+			    sr, cv[5]);
+			printf("sync     raw 1000 puts/txn %9.0f puts/s   [%.2f]\n",
+			    sraw, cv[6]);
+			printf("sync     ratio %.2fx (goal >= 0.80)\n", sr / sraw);
+			if (have_redis) {
+				printf("redis    GET  p50 %7.0f ns  p99 %7.0f ns  "
+				    "%8.0f/s (one client)\n", rr.get.p50,
+				    rr.get.p99, rr.get_rate);
+				printf("redis    SET  p50 %7.0f ns  p99 %7.0f ns  "
+				    "%8.0f/s (one client)\n", rr.set.p50,
+				    rr.set.p99, rr.set_rate);
+				printf("redis    GET p50 / store lookup p50: "
+				    "%.1fx\n", rr.get.p50 / o50);
+			}
+		}
+	}
+	status = fflush(stdout) == 0 ? EX_OK : EX_IOERR;
+out:
+	sg_store_close(s);
+	if (rpid > 0) {
+		kill(rpid, SIGTERM);
+		waitpid(rpid, NULL, 0);
+	}
+	if (o.dir == base)
+		rm_rf(base);
+	free(keys);
+	free(digests);
+	free(order);
+	free(ns);
+	return status;
+}
