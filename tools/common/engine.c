@@ -1142,7 +1142,8 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 	c->queued = (uint64_t)e->nwait + e->npre;
 	c->queued_input_tokens = e->wait_tokens + pending;
 	c->total_input_tokens = e->wait_tokens + e->adm_tokens;
-	c->last_mean_input_tps = tps;
+	/* Sums of float durations drift in the last bits: keep 3 decimals. */
+	c->last_mean_input_tps = round(tps * 1000.0) / 1000.0;
 	c->max_input_tps = max_tps(e);
 	c->kv_capacity_tokens = e->kv.cap;
 	c->kv_used_tokens = e->kv.used;

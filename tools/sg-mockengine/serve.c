@@ -1,0 +1,1173 @@
+/*
+ * serve.c — sg-mockengine's HTTP side: libevent's evhttp in front of the
+ * engine model (tools/common/engine.c) running in real time.
+ *
+ * Time: the engine's clock is milliseconds of CLOCK_MONOTONIC since start.
+ * One libevent timer is kept armed at the engine's next internal event; it
+ * advances the engine, which calls back on a request's first token and on
+ * its last.  A streamed response sends one SSE chunk per token: a per-request
+ * ticker (every 1000/decode_tps ms) sends what the engine has generated so
+ * far, and the done event sends the rest, the finish chunk, the optional
+ * usage chunk and "data: [DONE]".  A unary response is sent whole at done.
+ *
+ * A request's life: parse and validate (400/404 on error), optional seeded
+ * jitter delay, eng_submit (503 retryable when the queue is full), first
+ * token, done, free.  If the client goes away first, the connection's close
+ * callback cancels the engine request and frees the context; the evhttp
+ * request is never touched again.
+ *
+ * Nothing here logs prompt text, cache keys or request bodies.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "sg_snapshot.h"
+#include "sg-mockengine/mock.h"
+
+#define MAX_BODY	(16u << 20)
+
+typedef struct mreq mreq;
+
+typedef struct mock {
+	const mock_opts		*o;
+	struct event_base	*base;
+	struct evhttp		*http;
+	eng			*e;
+	struct event		*etimer;
+	struct timespec		 t0;
+	mreq			*live;		/* every context, for shutdown */
+	uint64_t		 counter;
+	long			 started;	/* wall clock, for "created" */
+	double			 tick_ms;
+} mock;
+
+struct mreq {
+	mock			*m;
+	struct evhttp_request	*req;		/* NULL once the client is gone */
+	struct evhttp_connection *conn;
+	uint32_t		 handle;	/* ENG_NONE until submitted */
+	bool			 chat;
+	bool			 stream;
+	bool			 usage;		/* stream_options.include_usage */
+	bool			 limited;	/* max_tokens cut the answer */
+	bool			 started;	/* stream headers sent */
+	bool			 busy;		/* inside on_tick: defer the free */
+	bool			 finished;	/* done while busy */
+	uint64_t		 input;
+	uint64_t		 output;
+	uint64_t		 sent;		/* tokens streamed so far */
+	uint64_t		 key;
+	uint64_t		*blocks;
+	uint32_t		 nblocks;
+	eng_info		 info;		/* copy at first token / done */
+	struct event		*tick;
+	struct event		*delay;
+	char			 id[48];
+	mreq			*prev, *next;
+};
+
+static const char *const words[] = {
+	"Hello", " from", " the", " Stargate", " mock", " engine", ",",
+	" a", " model", " of", " slots", ",", " queues", " and", " caches", ".",
+};
+#define NWORDS	(sizeof(words) / sizeof(words[0]))
+
+/* --- small helpers --------------------------------------------------------- */
+
+static double
+now_ms(const mock *m)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - m->t0.tv_sec) * 1000.0 +
+	    (double)(t.tv_nsec - m->t0.tv_nsec) / 1e6;
+}
+
+static uint64_t
+splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static void
+set_header(struct evhttp_request *req, const char *name, const char *value)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+	evhttp_remove_header(h, name);
+	evhttp_add_header(h, name, value);
+}
+
+static void
+set_header_u64(struct evhttp_request *req, const char *name, uint64_t v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%" PRIu64, v);
+	set_header(req, name, buf);
+}
+
+/* Send a JSON document (stolen) with status. */
+static void
+send_json(struct evhttp_request *req, int status, const char *reason,
+    json_t *doc)
+{
+	struct evbuffer *b = evbuffer_new();
+	char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+
+	json_decref(doc);
+	set_header(req, "Content-Type", "application/json");
+	if (b != NULL && text != NULL) {
+		evbuffer_add(b, text, strlen(text));
+		evbuffer_add(b, "\n", 1);
+		evhttp_send_reply(req, status, reason, b);
+	} else
+		evhttp_send_error(req, 500, "Internal Server Error");
+	free(text);
+	if (b != NULL)
+		evbuffer_free(b);
+}
+
+/* OpenAI-style error object. */
+static void
+send_error(struct evhttp_request *req, int status, const char *reason,
+    const char *type, const char *code, const char *msg)
+{
+	json_t *err = json_pack("{s:{s:s,s:s,s:n,s:s?}}", "error", "message",
+	    msg, "type", type, "param", "code", code);
+
+	send_json(req, status, reason, err);
+}
+
+static const char *
+reason_phrase(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 413: return "Payload Too Large";
+	case 503: return "Service Unavailable";
+	default: return "Error";
+	}
+}
+
+/* --- engine timer ---------------------------------------------------------- */
+
+static void
+arm(mock *m)
+{
+	double t = eng_next_event(m->e), d;
+	struct timeval tv;
+
+	if (isinf(t)) {
+		evtimer_del(m->etimer);
+		return;
+	}
+	d = t - now_ms(m);
+	if (d < 0)
+		d = 0;
+	tv.tv_sec = (time_t)(d / 1000.0);
+	tv.tv_usec = (suseconds_t)((d - (double)tv.tv_sec * 1000.0) * 1000.0);
+	if (tv.tv_usec >= 1000000) {
+		tv.tv_sec++;
+		tv.tv_usec -= 1000000;
+	}
+	/* Round up to the next microsecond so the event is due when we wake. */
+	tv.tv_usec += 1;
+	if (tv.tv_usec >= 1000000) {
+		tv.tv_sec++;
+		tv.tv_usec -= 1000000;
+	}
+	evtimer_add(m->etimer, &tv);
+}
+
+static void
+on_etimer(evutil_socket_t fd, short what, void *arg)
+{
+	mock *m = arg;
+
+	(void)fd;
+	(void)what;
+	eng_advance(m->e, now_ms(m));
+	arm(m);
+}
+
+/* --- request contexts ------------------------------------------------------ */
+
+static void on_close(struct evhttp_connection *conn, void *arg);
+
+static void
+mreq_free(mreq *r)
+{
+	mock *m = r->m;
+
+	if (r->conn != NULL)
+		evhttp_connection_set_closecb(r->conn, NULL, NULL);
+	if (r->handle != ENG_NONE)
+		eng_cancel(m->e, r->handle);
+	if (r->tick != NULL)
+		event_free(r->tick);
+	if (r->delay != NULL)
+		event_free(r->delay);
+	free(r->blocks);
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		m->live = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	free(r);
+}
+
+static void
+on_close(struct evhttp_connection *conn, void *arg)
+{
+	mreq *r = arg;
+
+	(void)conn;
+	/*
+	 * A client that went away while we still owed it an answer leaves
+	 * the request detached from its connection (libevent hands it to
+	 * us so that a reply in progress is not freed under our feet): it
+	 * is ours to free.  At shutdown the request is still attached and
+	 * libevent frees it after this callback.
+	 */
+	if (r->req != NULL && evhttp_request_get_connection(r->req) == NULL)
+		evhttp_request_free(r->req);
+	r->req = NULL;
+	r->conn = NULL;		/* the connection is going away */
+	mreq_free(r);
+}
+
+static json_t *
+usage_json(const mreq *r)
+{
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}",
+	    "prompt_tokens", (json_int_t)r->input,
+	    "completion_tokens", (json_int_t)r->output,
+	    "total_tokens", (json_int_t)(r->input + r->output),
+	    "prompt_tokens_details", "cached_tokens",
+	    (json_int_t)r->info.reused_tokens);
+}
+
+static void
+kv_headers(mreq *r)
+{
+	set_header(r->req, "x-kv-cache-hit", r->info.hit ? "true" : "false");
+	set_header_u64(r->req, "x-kv-cache-reused-input-tokens",
+	    r->info.reused_tokens);
+	set_header_u64(r->req, "x-kv-cache-uncached-input-tokens",
+	    r->info.uncached_tokens);
+	set_header_u64(r->req, "x-kv-cache-evicted-entries",
+	    r->info.evicted_entries);
+	set_header_u64(r->req, "x-kv-cache-evicted-tokens",
+	    r->info.evicted_tokens);
+}
+
+/* One chunk object; delta text, or the finish chunk when finish != NULL. */
+static json_t *
+chunk_json(const mreq *r, const char *text, bool role, const char *finish)
+{
+	const mock *m = r->m;
+	json_t *choice, *o;
+
+	if (r->chat) {
+		json_t *delta = json_object();
+
+		if (role)
+			json_object_set_new(delta, "role",
+			    json_string("assistant"));
+		if (text != NULL)
+			json_object_set_new(delta, "content", json_string(text));
+		choice = json_pack("{s:i,s:o,s:n,s:s?}", "index", 0, "delta",
+		    delta, "logprobs", "finish_reason", finish);
+	} else
+		choice = json_pack("{s:s,s:i,s:n,s:s?}", "text",
+		    text != NULL ? text : "", "index", 0, "logprobs",
+		    "finish_reason", finish);
+	if (choice != NULL && finish == NULL)
+		json_object_set_new(choice, "finish_reason", json_null());
+	o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", r->id, "object",
+	    r->chat ? "chat.completion.chunk" : "text_completion", "created",
+	    (json_int_t)m->started, "model", m->o->model, "choices", choice);
+	return o;
+}
+
+static void
+sse(mreq *r, json_t *doc)
+{
+	struct evbuffer *b;
+	char *text;
+
+	if (doc == NULL)
+		return;
+	text = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (text == NULL || (b = evbuffer_new()) == NULL) {
+		free(text);
+		return;
+	}
+	evbuffer_add_printf(b, "data: %s\n\n", text);
+	evhttp_send_reply_chunk(r->req, b);
+	evbuffer_free(b);
+	free(text);
+}
+
+/* Stream tokens sent..upto-1. */
+static void
+stream_tokens(mreq *r, uint64_t upto)
+{
+	for (; r->sent < upto; r->sent++)
+		sse(r, chunk_json(r, words[r->sent % NWORDS], false, NULL));
+}
+
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	mreq *r = arg;
+	mock *m = r->m;
+	uint64_t g;
+
+	(void)fd;
+	(void)what;
+	/* Advancing may finish this very request: on_engine then leaves
+	 * the free to us. */
+	r->busy = true;
+	eng_advance(m->e, now_ms(m));
+	arm(m);
+	r->busy = false;
+	if (r->finished) {
+		mreq_free(r);
+		return;
+	}
+	g = eng_generated(m->e, r->handle, now_ms(m));
+	if (g >= r->output)
+		g = r->output - 1;	/* the last token goes with "done" */
+	stream_tokens(r, g);
+}
+
+static void
+stream_start(mreq *r)
+{
+	struct timeval tv;
+
+	kv_headers(r);
+	set_header(r->req, "Content-Type", "text/event-stream");
+	set_header(r->req, "Cache-Control", "no-cache");
+	evhttp_send_reply_start(r->req, 200, "OK");
+	r->started = true;
+	/* Role first, then the first token. */
+	if (r->chat)
+		sse(r, chunk_json(r, "", true, NULL));
+	if (r->output > 1)
+		stream_tokens(r, 1);
+	r->tick = event_new(r->m->base, -1, EV_PERSIST, on_tick, r);
+	if (r->tick != NULL) {
+		tv.tv_sec = (time_t)(r->m->tick_ms / 1000.0);
+		tv.tv_usec = (suseconds_t)((r->m->tick_ms -
+		    (double)tv.tv_sec * 1000.0) * 1000.0);
+		event_add(r->tick, &tv);
+	}
+}
+
+static void
+answer_unary(mreq *r)
+{
+	const mock *m = r->m;
+	const char *finish = r->limited ? "length" : "stop";
+	json_t *choice, *doc;
+	char *text;
+	size_t len = 0, i;
+
+	for (i = 0; i < r->output; i++)
+		len += strlen(words[i % NWORDS]);
+	if ((text = malloc(len + 1)) == NULL) {
+		evhttp_send_error(r->req, 500, "Internal Server Error");
+		return;
+	}
+	text[0] = '\0';
+	for (i = 0, len = 0; i < r->output; i++) {
+		size_t n = strlen(words[i % NWORDS]);
+
+		memcpy(text + len, words[i % NWORDS], n + 1);
+		len += n;
+	}
+	if (r->chat)
+		choice = json_pack("{s:i,s:{s:s,s:s,s:n},s:n,s:s}", "index", 0,
+		    "message", "role", "assistant", "content", text,
+		    "refusal", "logprobs", "finish_reason", finish);
+	else
+		choice = json_pack("{s:s,s:i,s:n,s:s}", "text", text, "index",
+		    0, "logprobs", "finish_reason", finish);
+	free(text);
+	doc = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", r->id, "object",
+	    r->chat ? "chat.completion" : "text_completion", "created",
+	    (json_int_t)m->started, "model", m->o->model, "choices", choice,
+	    "usage", usage_json(r));
+	kv_headers(r);
+	send_json(r->req, 200, "OK", doc);
+}
+
+static void
+on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
+{
+	mreq *r = info->udata;
+
+	(void)ctx;
+	(void)handle;
+	if (r == NULL || r->req == NULL)
+		return;
+	r->info = *info;
+	if (event == ENG_FIRST_TOKEN) {
+		if (r->stream)
+			stream_start(r);
+		return;
+	}
+	/* ENG_DONE: the handle dies when we return. */
+	r->handle = ENG_NONE;
+	if (r->stream) {
+		if (!r->started)
+			stream_start(r);
+		stream_tokens(r, r->output);
+		sse(r, chunk_json(r, NULL, false, r->limited ? "length" :
+		    "stop"));
+		if (r->usage) {
+			json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
+			    "id", r->id, "object", r->chat ?
+			    "chat.completion.chunk" : "text_completion",
+			    "created", (json_int_t)r->m->started, "model",
+			    r->m->o->model, "choices", "usage", usage_json(r));
+
+			sse(r, u);
+		}
+		{
+			struct evbuffer *b = evbuffer_new();
+
+			if (b != NULL) {
+				evbuffer_add_printf(b, "data: [DONE]\n\n");
+				evhttp_send_reply_chunk(r->req, b);
+				evbuffer_free(b);
+			}
+		}
+		evhttp_send_reply_end(r->req);
+	} else
+		answer_unary(r);
+	if (r->busy)
+		r->finished = true;
+	else
+		mreq_free(r);
+}
+
+static void
+submit(mreq *r)
+{
+	mock *m = r->m;
+	eng_req q = {
+		.key = r->key, .blocks = r->blocks, .nblocks = r->nblocks,
+		.input_tokens = r->input, .output_tokens = r->output,
+		.udata = r,
+	};
+	uint32_t h;
+	int rc;
+
+	rc = eng_submit(m->e, now_ms(m), &q, &h);
+	if (rc == 0) {
+		r->handle = h;
+		arm(m);
+		return;
+	}
+	set_header(r->req, "x-stargate-retryable", "true");
+	set_header(r->req, "x-stargate-upstream-retryable", "true");
+	set_header(r->req, "x-stargate-retry-reason", "engine_queue_full");
+	if (rc == ENG_EFULL)
+		send_error(r->req, 503, "Service Unavailable",
+		    "overloaded_error", "overloaded_error",
+		    "the engine queue is full");
+	else
+		send_error(r->req, 503, "Service Unavailable", "server_error",
+		    NULL, "out of memory");
+	mreq_free(r);
+}
+
+static void
+on_delay(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	submit(arg);
+}
+
+/* --- request parsing ------------------------------------------------------- */
+
+/* Bytes of the text in a content value (string or array of text parts). */
+static size_t
+content_bytes(const json_t *c)
+{
+	size_t n = 0, i;
+
+	if (json_is_string(c))
+		return json_string_length(c);
+	if (json_is_array(c))
+		for (i = 0; i < json_array_size(c); i++) {
+			json_t *t = json_object_get(json_array_get(c, i),
+			    "text");
+
+			if (json_is_string(t))
+				n += json_string_length(t);
+		}
+	return n;
+}
+
+/*
+ * Hash the prompt into chain hashes of full blocks (block_tokens * 4 bytes
+ * each, 4 bytes standing for one token).  The prompt is the concatenation
+ * of role, NUL, content, NUL per message (chat) or the prompt string.
+ */
+typedef struct chain {
+	uint64_t	 h;
+	size_t		 fill;
+	size_t		 bsize;
+	uint64_t	*blocks;
+	uint32_t	 n, cap;
+	bool		 oom;
+} chain;
+
+static void
+chain_add(chain *c, const char *p, size_t len)
+{
+	while (len > 0) {
+		size_t take = c->bsize - c->fill;
+
+		if (take > len)
+			take = len;
+		c->h = eng_fnv1a(c->h, p, take);
+		c->fill += take;
+		p += take;
+		len -= take;
+		if (c->fill == c->bsize) {
+			if (c->n == c->cap) {
+				uint32_t ncap = c->cap ? c->cap * 2 : 16;
+				uint64_t *nb = realloc(c->blocks,
+				    ncap * sizeof(*nb));
+
+				if (nb == NULL || ncap > (1u << 24)) {
+					free(nb);
+					c->blocks = NULL;
+					c->oom = true;
+					c->n = c->cap = 0;
+					return;
+				}
+				c->blocks = nb;
+				c->cap = ncap;
+			}
+			if (!c->oom)
+				c->blocks[c->n++] = c->h;
+			c->fill = 0;
+		}
+	}
+}
+
+static void
+chain_content(chain *c, const json_t *v)
+{
+	size_t i;
+
+	if (json_is_string(v))
+		chain_add(c, json_string_value(v), json_string_length(v));
+	else if (json_is_array(v))
+		for (i = 0; i < json_array_size(v); i++) {
+			json_t *t = json_array_get(v, i);
+
+			if (json_is_string(t))
+				chain_add(c, json_string_value(t),
+				    json_string_length(t));
+			else if (json_is_string(json_object_get(t, "text")))
+				chain_add(c, json_string_value(
+				    json_object_get(t, "text")),
+				    json_string_length(json_object_get(t,
+				    "text")));
+		}
+	chain_add(c, "", 1);
+}
+
+/* Header value as an unsigned integer; -1 absent, -2 malformed. */
+static int
+header_u64(struct evhttp_request *req, const char *name, uint64_t *out)
+{
+	const char *v = evhttp_find_header(
+	    evhttp_request_get_input_headers(req), name);
+	size_t len;
+
+	if (v == NULL)
+		return -1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	len = strlen(v);
+	while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+		len--;
+	if (len == 0)
+		return -1;
+	if (sg_parse_u64(v, len, UINT64_MAX, out) != 0)
+		return -2;
+	return 0;
+}
+
+static void
+handle_completion(mock *m, struct evhttp_request *req, bool chat)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t len = evbuffer_get_length(in);
+	json_t *root = NULL, *v, *msgs = NULL, *prompt = NULL;
+	json_error_t je;
+	mreq *r = NULL;
+	uint64_t maxtok = 0, hv = 0;
+	const char *key;
+	char msg[320];
+	size_t bytes = 0, i;
+	chain ch;
+
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+		send_error(req, 405, "Method Not Allowed",
+		    "invalid_request_error", NULL, "use POST");
+		return;
+	}
+	root = json_loadb((const char *)evbuffer_pullup(in, -1), len,
+	    JSON_REJECT_DUPLICATES, &je);
+	if (root == NULL || !json_is_object(root)) {
+		snprintf(msg, sizeof(msg), "request body is not a JSON object%s%s",
+		    root == NULL ? ": " : "", root == NULL ? je.text : "");
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, msg);
+		goto out;
+	}
+	v = json_object_get(root, "model");
+	if (!json_is_string(v)) {
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "model: expected a string");
+		goto out;
+	}
+	if (strcmp(json_string_value(v), m->o->model) != 0) {
+		snprintf(msg, sizeof(msg), "The model `%.200s` does not exist.",
+		    json_string_value(v));
+		send_error(req, 404, "Not Found", "invalid_request_error",
+		    "model_not_found", msg);
+		goto out;
+	}
+	if (chat) {
+		msgs = json_object_get(root, "messages");
+		if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+			send_error(req, 400, "Bad Request",
+			    "invalid_request_error", NULL,
+			    "messages: expected a non-empty array");
+			goto out;
+		}
+		for (i = 0; i < json_array_size(msgs); i++) {
+			json_t *mm = json_array_get(msgs, i);
+
+			if (!json_is_object(mm) ||
+			    !json_is_string(json_object_get(mm, "role"))) {
+				snprintf(msg, sizeof(msg), "messages[%zu]: "
+				    "expected an object with a role", i);
+				send_error(req, 400, "Bad Request",
+				    "invalid_request_error", NULL, msg);
+				goto out;
+			}
+			bytes += content_bytes(json_object_get(mm, "content"));
+		}
+	} else {
+		prompt = json_object_get(root, "prompt");
+		if (json_is_string(prompt))
+			bytes = json_string_length(prompt);
+		else if (json_is_array(prompt)) {
+			for (i = 0; i < json_array_size(prompt); i++)
+				if (json_is_string(json_array_get(prompt, i)))
+					bytes += json_string_length(
+					    json_array_get(prompt, i));
+		} else {
+			send_error(req, 400, "Bad Request",
+			    "invalid_request_error", NULL,
+			    "prompt: expected a string or an array");
+			goto out;
+		}
+	}
+	v = json_object_get(root, "stream");
+	if (v != NULL && !json_is_boolean(v) && !json_is_null(v)) {
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "stream: expected a boolean");
+		goto out;
+	}
+	if ((r = calloc(1, sizeof(*r))) == NULL) {
+		evhttp_send_error(req, 500, "Internal Server Error");
+		goto out;
+	}
+	r->m = m;
+	r->req = req;
+	r->handle = ENG_NONE;
+	r->chat = chat;
+	r->stream = json_is_true(v);
+	r->usage = r->stream && json_is_true(json_object_get(
+	    json_object_get(root, "stream_options"), "include_usage"));
+	/* Output length: x-output-tokens, else min(max tokens, --tokens). */
+	r->output = m->o->tokens;
+	v = json_object_get(root, chat ? "max_completion_tokens" :
+	    "max_tokens");
+	if (!json_is_integer(v))
+		v = json_object_get(root, "max_tokens");
+	if (json_is_integer(v) && json_integer_value(v) >= 1) {
+		maxtok = (uint64_t)json_integer_value(v);
+		if (maxtok < r->output) {
+			r->output = maxtok;
+			r->limited = true;
+		}
+	}
+	switch (header_u64(req, "x-output-tokens", &hv)) {
+	case 0:
+		if (hv >= 1) {
+			r->output = hv > 1000000 ? 1000000 : hv;
+			r->limited = false;
+		}
+		break;
+	case -2:
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "x-output-tokens: expected an unsigned integer");
+		goto fail;
+	}
+	/* Input length: x-input-tokens, else ~4 bytes per token. */
+	switch (header_u64(req, "x-input-tokens", &hv)) {
+	case 0:
+		r->input = hv;
+		break;
+	case -2:
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "x-input-tokens: expected an unsigned integer");
+		goto fail;
+	default:
+		r->input = (bytes + 3) / 4;
+		if (chat && r->input < json_array_size(msgs))
+			r->input = json_array_size(msgs);
+	}
+	if (r->input == 0)
+		r->input = 1;
+	/* Cache key: x-cache-affinity-key, else the prompt's blocks. */
+	key = evhttp_find_header(evhttp_request_get_input_headers(req),
+	    "x-cache-affinity-key");
+	if (key != NULL && *key != '\0') {
+		r->key = eng_fnv1a(ENG_FNV_OFFSET, key, strlen(key));
+		if (r->key == 0)
+			r->key = 1;
+	} else {
+		memset(&ch, 0, sizeof(ch));
+		ch.h = ENG_FNV_OFFSET;
+		ch.bsize = (size_t)m->o->eng.block_tokens * 4;
+		if (chat)
+			for (i = 0; i < json_array_size(msgs); i++) {
+				json_t *mm = json_array_get(msgs, i);
+
+				chain_content(&ch, json_object_get(mm, "role"));
+				chain_content(&ch, json_object_get(mm,
+				    "content"));
+			}
+		else
+			chain_content(&ch, prompt);
+		r->blocks = ch.blocks;
+		r->nblocks = ch.n;
+	}
+	m->counter++;
+	snprintf(r->id, sizeof(r->id), "%s-%016" PRIx64 "%08" PRIx64,
+	    chat ? "chatcmpl" : "cmpl", splitmix(m->o->seed ^ m->counter),
+	    m->counter);
+	r->conn = evhttp_request_get_connection(req);
+	if (r->conn != NULL)
+		evhttp_connection_set_closecb(r->conn, on_close, r);
+	r->next = m->live;
+	if (m->live != NULL)
+		m->live->prev = r;
+	m->live = r;
+	if (m->o->jitter_ms > 0) {
+		uint64_t span = (uint64_t)(m->o->jitter_ms * 1000.0) + 1;
+		uint64_t us = splitmix(m->o->seed * 0x9e3779b97f4a7c15ULL +
+		    m->counter) % span;
+		struct timeval tv = { (time_t)(us / 1000000),
+		    (suseconds_t)(us % 1000000) };
+
+		r->delay = evtimer_new(m->base, on_delay, r);
+		if (r->delay != NULL && evtimer_add(r->delay, &tv) == 0)
+			goto out;
+	}
+	submit(r);
+	goto out;
+fail:
+	free(r);
+out:
+	json_decref(root);
+}
+
+/* --- other endpoints --------------------------------------------------------- */
+
+static void
+handle_models(mock *m, struct evhttp_request *req)
+{
+	json_t *doc = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list",
+	    "data", "id", m->o->model, "object", "model", "created",
+	    (json_int_t)m->started, "owned_by", "stargate");
+
+	send_json(req, 200, "OK", doc);
+}
+
+static void
+fill_cluster(mock *m, sg_cluster *c)
+{
+	double t = now_ms(m);
+
+	eng_advance(m->e, t);
+	arm(m);
+	sg_cluster_init(c, m->o->cluster_id, strlen(m->o->cluster_id));
+	eng_cluster(m->e, t, c);
+}
+
+static void
+handle_stats(mock *m, struct evhttp_request *req)
+{
+	sg_cluster c;
+
+	fill_cluster(m, &c);
+	send_json(req, 200, "OK", sg_cluster_to_json(&c));
+}
+
+/* Prometheus label value: escape backslash, quote and newline. */
+static void
+label_value(struct evbuffer *b, const char *s)
+{
+	for (; *s != '\0'; s++) {
+		if (*s == '\\')
+			evbuffer_add(b, "\\\\", 2);
+		else if (*s == '"')
+			evbuffer_add(b, "\\\"", 2);
+		else if (*s == '\n')
+			evbuffer_add(b, "\\n", 2);
+		else
+			evbuffer_add(b, s, 1);
+	}
+}
+
+static void
+metric(struct evbuffer *b, const mock *m, const char *name, const char *type,
+    const char *help, double v)
+{
+	evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{engine=\"0\","
+	    "model_name=\"", name, help, name, type, name);
+	label_value(b, m->o->model);
+	evbuffer_add_printf(b, "\"} %.17g\n", v);
+}
+
+static void
+handle_metrics(mock *m, struct evhttp_request *req)
+{
+	const eng_counters *k;
+	struct evbuffer *b;
+	sg_cluster c;
+	double usage;
+
+	fill_cluster(m, &c);
+	k = eng_counters_get(m->e);
+	if ((b = evbuffer_new()) == NULL) {
+		evhttp_send_error(req, 500, "Internal Server Error");
+		return;
+	}
+	usage = c.kv_capacity_tokens > 0 ? (double)c.kv_used_tokens /
+	    (double)c.kv_capacity_tokens : 0;
+	metric(b, m, "vllm:num_requests_running", "gauge",
+	    "Number of requests in model execution batches.",
+	    (double)c.running);
+	metric(b, m, "vllm:num_requests_waiting", "gauge",
+	    "Number of requests waiting to be processed.",
+	    (double)eng_waiting(m->e));
+	metric(b, m, "vllm:kv_cache_usage_perc", "gauge",
+	    "KV-cache usage. 1 means 100 percent usage.", usage);
+	metric(b, m, "vllm:gpu_cache_usage_perc", "gauge",
+	    "GPU KV-cache usage. 1 means 100 percent usage.", usage);
+	metric(b, m, "vllm:prefix_cache_queries_total", "counter",
+	    "Prefix cache queries, in terms of number of queried tokens.",
+	    (double)k->cache_queries);
+	metric(b, m, "vllm:prefix_cache_hits_total", "counter",
+	    "Prefix cache hits, in terms of number of cached tokens.",
+	    (double)k->cache_hits);
+	metric(b, m, "vllm:prompt_tokens_total", "counter",
+	    "Number of prefill tokens processed.", (double)k->prompt_tokens);
+	metric(b, m, "vllm:generation_tokens_total", "counter",
+	    "Number of generation tokens processed.",
+	    (double)k->generation_tokens);
+	metric(b, m, "vllm:request_success_total", "counter",
+	    "Count of successfully processed requests.",
+	    (double)k->requests_done);
+	evbuffer_add_printf(b, "# HELP vllm:cache_config_info Information of "
+	    "the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"
+	    "vllm:cache_config_info{block_size=\"%u\",cache_dtype=\"auto\","
+	    "enable_prefix_caching=\"%s\",engine=\"0\","
+	    "gpu_memory_utilization=\"0.9\",num_cpu_blocks=\"0\","
+	    "num_gpu_blocks=\"%" PRIu64 "\"} 1.0\n",
+	    (unsigned)m->o->eng.block_tokens,
+	    c.kv_capacity_tokens > 0 ? "True" : "False",
+	    c.kv_capacity_tokens / m->o->eng.block_tokens);
+	set_header(req, "Content-Type", "text/plain; version=0.0.4; "
+	    "charset=utf-8");
+	evhttp_send_reply(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
+static void
+handle_hold(mock *m, struct evhttp_request *req)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	json_t *root, *v;
+	json_error_t je;
+
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+		send_error(req, 405, "Method Not Allowed",
+		    "invalid_request_error", NULL, "use POST");
+		return;
+	}
+	root = json_loadb((const char *)evbuffer_pullup(in, -1),
+	    evbuffer_get_length(in), 0, &je);
+	v = json_object_get(root, "slots");
+	if (!json_is_object(root) || json_object_size(root) != 1 ||
+	    !json_is_integer(v) || json_integer_value(v) < 0) {
+		json_decref(root);
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "expected {\"slots\": N} with N >= 0");
+		return;
+	}
+	eng_hold(m->e, now_ms(m), json_integer_value(v) > UINT32_MAX ?
+	    UINT32_MAX : (uint32_t)json_integer_value(v));
+	json_decref(root);
+	arm(m);
+	send_json(req, 200, "OK", json_pack("{s:i}", "held",
+	    (int)eng_held(m->e)));
+}
+
+static void
+handle_release(mock *m, struct evhttp_request *req)
+{
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+		send_error(req, 405, "Method Not Allowed",
+		    "invalid_request_error", NULL, "use POST");
+		return;
+	}
+	eng_release(m->e, now_ms(m));
+	arm(m);
+	send_json(req, 200, "OK", json_pack("{s:i}", "held", 0));
+}
+
+static void
+route(struct evhttp_request *req, void *arg)
+{
+	mock *m = arg;
+	const char *uri = evhttp_request_get_uri(req);
+	char path[256];
+	size_t n = strcspn(uri, "?#");
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+
+	if (n >= sizeof(path)) {
+		send_error(req, 404, "Not Found", "invalid_request_error",
+		    NULL, "no such endpoint");
+		return;
+	}
+	memcpy(path, uri, n);
+	path[n] = '\0';
+	if (strcmp(path, "/v1/chat/completions") == 0)
+		handle_completion(m, req, true);
+	else if (strcmp(path, "/v1/completions") == 0)
+		handle_completion(m, req, false);
+	else if (strcmp(path, "/control/hold") == 0)
+		handle_hold(m, req);
+	else if (strcmp(path, "/control/release") == 0)
+		handle_release(m, req);
+	else if (!get && (strcmp(path, "/v1/models") == 0 ||
+	    strcmp(path, "/healthz") == 0 || strcmp(path, "/stats") == 0 ||
+	    strcmp(path, "/metrics") == 0))
+		send_error(req, 405, "Method Not Allowed",
+		    "invalid_request_error", NULL, "use GET");
+	else if (strcmp(path, "/v1/models") == 0)
+		handle_models(m, req);
+	else if (strcmp(path, "/healthz") == 0) {
+		struct evbuffer *b = evbuffer_new();
+
+		set_header(req, "Content-Type", "text/plain");
+		if (b != NULL)
+			evbuffer_add_printf(b, "ok\n");
+		evhttp_send_reply(req, 200, "OK", b);
+		if (b != NULL)
+			evbuffer_free(b);
+	} else if (strcmp(path, "/stats") == 0)
+		handle_stats(m, req);
+	else if (strcmp(path, "/metrics") == 0)
+		handle_metrics(m, req);
+	else
+		send_error(req, 404, reason_phrase(404),
+		    "invalid_request_error", NULL, "no such endpoint");
+}
+
+/* --- start-up and shutdown --------------------------------------------------- */
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	mock *m = arg;
+
+	(void)sig;
+	(void)what;
+	event_base_loopexit(m->base, NULL);
+}
+
+static int
+write_port_file(const char *path, unsigned port)
+{
+	char tmp[4096];
+	FILE *fp;
+	int ok;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return ENAMETOOLONG;
+	if ((fp = fopen(tmp, "w")) == NULL)
+		return errno;
+	fprintf(fp, "%u\n", port);
+	ok = fflush(fp) == 0 && !ferror(fp);
+	if (fclose(fp) != 0 || !ok) {
+		unlink(tmp);
+		return EIO;
+	}
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+
+		unlink(tmp);
+		return e;
+	}
+	return 0;
+}
+
+int
+mock_serve(const mock_opts *o)
+{
+	mock m;
+	struct evhttp_bound_socket *bound;
+	struct event *sterm = NULL, *sint = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	const char *why = NULL;
+	char host[INET6_ADDRSTRLEN];
+	unsigned port = 0;
+	int rc = EX_SOFTWARE, e;
+
+	memset(&m, 0, sizeof(m));
+	m.o = o;
+	clock_gettime(CLOCK_MONOTONIC, &m.t0);
+	m.started = (long)time(NULL);
+	m.tick_ms = o->eng.step_model ? o->eng.step_fixed_ms :
+	    1000.0 / o->eng.decode_tps;
+	if (m.tick_ms < 1)
+		m.tick_ms = 1;
+	if (m.tick_ms > 1000)
+		m.tick_ms = 1000;
+	signal(SIGPIPE, SIG_IGN);
+	if ((e = eng_new(&m.e, &o->eng, on_engine, &m, &why)) != 0) {
+		fprintf(stderr, "sg-mockengine: engine: %s%s%s\n",
+		    e == EINVAL ? "bad value: " : strerror(e),
+		    e == EINVAL ? why : "", "");
+		return e == EINVAL ? EX_USAGE : EX_OSERR;
+	}
+	if ((m.base = event_base_new()) == NULL ||
+	    (m.http = evhttp_new(m.base)) == NULL ||
+	    (m.etimer = evtimer_new(m.base, on_etimer, &m)) == NULL ||
+	    (sterm = evsignal_new(m.base, SIGTERM, on_signal, &m)) == NULL ||
+	    (sint = evsignal_new(m.base, SIGINT, on_signal, &m)) == NULL) {
+		fprintf(stderr, "sg-mockengine: cannot set up the event loop\n");
+		rc = EX_OSERR;
+		goto out;
+	}
+	evsignal_add(sterm, NULL);
+	evsignal_add(sint, NULL);
+	evhttp_set_max_body_size(m.http, MAX_BODY);
+	evhttp_set_allowed_methods(m.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_HEAD);
+	evhttp_set_gencb(m.http, route, &m);
+	bound = evhttp_bind_socket_with_handle(m.http, o->listen, o->port);
+	if (bound == NULL) {
+		fprintf(stderr, "sg-mockengine: cannot listen on '%s' port %u\n",
+		    o->listen, (unsigned)o->port);
+		rc = EX_UNAVAILABLE;
+		goto out;
+	}
+	if (getsockname(evhttp_bound_socket_get_fd(bound),
+	    (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET6) {
+			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+
+			inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+			port = ntohs(s6->sin6_port);
+		} else {
+			struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+			inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+			port = ntohs(s4->sin_port);
+		}
+	} else
+		snprintf(host, sizeof(host), "%s", o->listen);
+	if (o->port_file != NULL && (e = write_port_file(o->port_file,
+	    port)) != 0) {
+		fprintf(stderr, "sg-mockengine: cannot write port file '%s': "
+		    "%s\n", o->port_file, strerror(e));
+		rc = EX_CANTCREAT;
+		goto out;
+	}
+	printf(ss.ss_family == AF_INET6 ? "listening on [%s]:%u\n" :
+	    "listening on %s:%u\n", host, port);
+	if (fflush(stdout) != 0) {
+		rc = EX_IOERR;
+		goto out;
+	}
+	event_base_dispatch(m.base);
+	rc = EX_OK;
+out:
+	/* Connections first: their close callbacks free live contexts. */
+	if (m.http != NULL)
+		evhttp_free(m.http);
+	while (m.live != NULL) {
+		m.live->conn = NULL;
+		mreq_free(m.live);
+	}
+	if (sterm != NULL)
+		event_free(sterm);
+	if (sint != NULL)
+		event_free(sint);
+	if (m.etimer != NULL)
+		event_free(m.etimer);
+	if (m.base != NULL)
+		event_base_free(m.base);
+	eng_free(m.e);
+	return rc;
+}
