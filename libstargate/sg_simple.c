@@ -506,22 +506,34 @@ score_explain(sgi_ctx *x)
 	json_object_set_new(x->explain, "candidates", cands);
 }
 
+/* ranks_before() without the call: scores are > 0 or +inf, never NaN. */
+static inline bool
+ahead(const sg_snapshot *s, const double *score, size_t a, size_t b)
+{
+	if (score[a] != score[b])
+		return score[a] > score[b];
+	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
+}
+
 int
 sgi_pulsar(sgi_ctx *x, sg_decision *out)
 {
+	const unsigned char *ex = x->scratch->excluded;
+	bool kv = x->def->consider_kv_free_tokens, found = false;
 	double *score = x->scratch->d1;
 	size_t i, best = 0;
 	unsigned depth = 1;
-	bool found = false, kv_skip = false;
+	bool kv_skip = false;
 
 	if (x->explain != NULL)
 		pulsar_explain(x);
 	pulsar_scores(x, score);
 	/* The first eligible cluster of the ranking = the best-ranked one. */
 	for (i = 0; i < x->n; i++) {
-		if (!(score[i] > 0) || sgi_pulsar_feasible(x, i) != 0)
+		if (!(score[i] > 0) || ex[i] ||
+		    (kv && sgi_pulsar_feasible(x, i) != 0))
 			continue;
-		if (!found || ranks_before(x->snap, score, i, best)) {
+		if (!found || ahead(x->snap, score, i, best)) {
 			best = i;
 			found = true;
 		}
@@ -532,10 +544,10 @@ sgi_pulsar(sgi_ctx *x, sg_decision *out)
 	}
 	/* Everything ranked ahead of it is ineligible: count, note KV skips. */
 	for (i = 0; i < x->n; i++)
-		if (score[i] > 0 && i != best &&
-		    ranks_before(x->snap, score, i, best)) {
+		if (score[i] >= score[best] && i != best &&
+		    ahead(x->snap, score, i, best)) {
 			depth++;
-			if (sgi_pulsar_feasible(x, i) == 2)
+			if (kv && sgi_pulsar_feasible(x, i) == 2)
 				kv_skip = true;
 		}
 	selected(x, out, best, depth, kv_skip);
