@@ -263,23 +263,55 @@ rotl(uint64_t x, int k)
 	return (x << k) | (x >> (64 - k));
 }
 
+/* Write tag(name, val) at p (name is a literal); returns the end. */
+static inline unsigned char *
+put_tag(unsigned char *p, const char *name, size_t namelen, const void *val,
+    size_t len)
+{
+	p += tag_header(p, name, namelen, len);
+	if (len > 0)
+		memcpy(p, val, len);
+	return p + len;
+}
+
+#define SEED_ID_FAST	256	/* request ids up to this take the fast path */
+
 void
 sgi_rng_seed(sgi_rng *g, uint64_t router_seed, const sg_algdef *d,
     const sg_request *r)
 {
-	sgi_hashbuf h;
-	unsigned char le[8];
+	unsigned char buf[128 + SG_ID_MAX + SEED_ID_FAST], le[8], *p = buf;
+	const char *rid = r->request_id != NULL ? r->request_id : "";
+	size_t ridlen = strlen(rid);
 	uint64_t x;
 	int i;
 
-	sgi_hb_reset(&h);
-	put_le64(le, router_seed);
-	sgi_hb_tag(&h, "router_seed", le, 8);
-	sgi_hb_tag(&h, "seed", d->seed, d->seed_len);
-	tag_str(&h, "request_id", r->request_id);
-	put_le64(le, (uint64_t)r->nexcluded);
-	sgi_hb_tag(&h, "attempt", le, 8);
-	x = sgi_hb_xxh3(&h);
+	/*
+	 * tag("router_seed") ‖ tag("seed") ‖ tag("request_id") ‖
+	 * tag("attempt"): on the stack in one go when it fits (every
+	 * decision seeds, so this is on the hot path), else through a
+	 * hash buffer that can stream.
+	 */
+	if (ridlen <= SEED_ID_FAST && d->seed_len <= SG_ID_MAX) {
+		put_le64(le, router_seed);
+		p = put_tag(p, "router_seed", 11, le, 8);
+		p = put_tag(p, "seed", 4, d->seed, d->seed_len);
+		p = put_tag(p, "request_id", 10, rid, ridlen);
+		put_le64(le, (uint64_t)r->nexcluded);
+		p = put_tag(p, "attempt", 7, le, 8);
+		x = XXH3_64bits(buf, (size_t)(p - buf));
+	} else {
+		sgi_hashbuf h;
+
+		sgi_hb_reset(&h);
+		put_le64(le, router_seed);
+		sgi_hb_tag(&h, "router_seed", le, 8);
+		sgi_hb_tag(&h, "seed", d->seed, d->seed_len);
+		sgi_hb_tag(&h, "request_id", rid, ridlen);
+		put_le64(le, (uint64_t)r->nexcluded);
+		sgi_hb_tag(&h, "attempt", le, 8);
+		x = sgi_hb_xxh3(&h);
+	}
 	for (i = 0; i < 4; i++)
 		g->s[i] = splitmix64(&x);
 }

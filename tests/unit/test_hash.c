@@ -307,6 +307,61 @@ test_prng_differs_by_request_attempt_and_seeds(void **state)
 	assert_memory_equal(a, b, sizeof a);
 }
 
+/* The seed is XXH3 over the four tags, expanded by splitmix64 (by hand). */
+static void
+check_seed_layout(const char *rid, uint64_t rs, const char *seed,
+    size_t nexcluded)
+{
+	unsigned char *buf = malloc(1024 + strlen(rid));
+	unsigned char le[8];
+	const char *ex[4] = { "a", "b", "c", "d" };
+	uint64_t x, z;
+	sg_algdef d;
+	sg_request r;
+	sgi_rng g;
+	size_t n = 0, i;
+
+	assert_non_null(buf);
+	for (i = 0; i < 8; i++)
+		le[i] = (unsigned char)(rs >> (8 * i));
+	n = put_tag(buf, n, "router_seed", le, 8);
+	n = put_tag(buf, n, "seed", seed, strlen(seed));
+	n = put_tag(buf, n, "request_id", rid, strlen(rid));
+	for (i = 0; i < 8; i++)
+		le[i] = (unsigned char)((uint64_t)nexcluded >> (8 * i));
+	n = put_tag(buf, n, "attempt", le, 8);
+	x = XXH3_64bits(buf, n);
+
+	setdef(&d, seed);
+	memset(&r, 0, sizeof r);
+	r.request_id = rid;
+	r.excluded = ex;
+	r.nexcluded = nexcluded;
+	sgi_rng_seed(&g, rs, &d, &r);
+	for (i = 0; i < 4; i++) {
+		x += 0x9e3779b97f4a7c15ULL;
+		z = x;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+		z ^= z >> 31;
+		assert_true(g.s[i] == z);
+	}
+	free(buf);
+}
+
+static void
+test_prng_seed_layout(void **state)
+{
+	char longid[700];
+
+	(void)state;
+	check_seed_layout("req-1", 42, "s", 0);
+	check_seed_layout("", 0, "", 3);
+	memset(longid, 'q', sizeof longid - 1);	/* past the fast path */
+	longid[sizeof longid - 1] = '\0';
+	check_seed_layout(longid, UINT64_MAX, "seed-x", 2);
+}
+
 static void
 test_rng_below_in_bounds_and_covers_range(void **state)
 {
@@ -348,6 +403,7 @@ main(void)
 		cmocka_unit_test(test_pulsar_weight_modes),
 		cmocka_unit_test(test_prng_same_inputs_same_stream),
 		cmocka_unit_test(test_prng_differs_by_request_attempt_and_seeds),
+		cmocka_unit_test(test_prng_seed_layout),
 		cmocka_unit_test(test_rng_below_in_bounds_and_covers_range),
 	};
 
