@@ -43,32 +43,59 @@ sgi_store_now(const sg_store_opts *o)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int
-hexval(char c)
+/*
+ * Hex to bytes, 8 characters at a time (SWAR): this runs on every lookup,
+ * where a branch per character costs more than the rest of the parsing.
+ * For ASCII bytes b (high bit clear), b + (0x80 - c) has its high bit set
+ * iff b >= c, with no carry between bytes.
+ */
+#define ONES	0x0101010101010101ULL
+#define HIGHS	0x8080808080808080ULL
+
+static bool
+hex8(const unsigned char *p, unsigned char out[4])
 {
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
+	uint64_t x, digit, alpha, v, t;
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(&x, p, 8);		/* byte i is p[i] */
+#else
+	int i;
+
+	for (x = 0, i = 7; i >= 0; i--)
+		x = x << 8 | p[i];
+#endif
+	if (x & HIGHS)
+		return false;
+	digit = (x + (0x80 - '0') * ONES) & ~(x + (0x80 - '9' - 1) * ONES);
+	alpha = (x + (0x80 - 'a') * ONES) & ~(x + (0x80 - 'f' - 1) * ONES);
+	if (((digit | alpha) & HIGHS) != HIGHS)
+		return false;
+	/* '0'..'9' -> low nibble; 'a'..'f' -> low nibble + 9 (bit 6 set). */
+	v = (x & 0x0f * ONES) + 9 * ((x >> 6) & ONES);
+	t = ((v << 4) | (v >> 8)) & 0x00ff00ff00ff00ffULL;
+	t = (t | (t >> 8)) & 0x0000ffff0000ffffULL;
+	t = (t | (t >> 16)) & 0xffffffffULL;
+	out[0] = (unsigned char)t;
+	out[1] = (unsigned char)(t >> 8);
+	out[2] = (unsigned char)(t >> 16);
+	out[3] = (unsigned char)(t >> 24);
+	return true;
 }
 
 int
 sgi_lckey_parse(sgi_lckey *k, const char *key, size_t len)
 {
 	size_t plen = sizeof(SG_LC_KEY_PREFIX) - 1, i;
+	const unsigned char *h;
 
 	if (key == NULL || len != SG_LC_KEY_LEN ||
 	    memcmp(key, SG_LC_KEY_PREFIX, plen) != 0)
 		return SG_EINVAL;
-	for (i = 0; i < SGI_DIGEST_LEN; i++) {
-		int hi = hexval(key[plen + 2 * i]);
-		int lo = hexval(key[plen + 2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
+	h = (const unsigned char *)key + plen;
+	for (i = 0; i < SGI_DIGEST_LEN / 4; i++)
+		if (!hex8(h + 8 * i, k->digest + 4 * i))
 			return SG_EINVAL;
-		k->digest[i] = (unsigned char)(hi << 4 | lo);
-	}
 	memcpy(k->text, key, SG_LC_KEY_LEN);
 	k->text[SG_LC_KEY_LEN] = '\0';
 	return 0;

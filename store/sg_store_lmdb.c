@@ -236,14 +236,18 @@ val_decode(const MDB_val *v, uint64_t *t, uint64_t *seq, const char **id,
 	return sg_lc_cluster_id_valid(*id, *id_len);
 }
 
+/* Fill *e; key is the text form when the caller has it, else NULL. */
 static void
-entry_fill(sg_store_entry *e, const unsigned char *digest, uint64_t t,
-    const char *id, size_t id_len, uint64_t now)
+entry_fill(sg_store_entry *e, const char *key, const unsigned char *digest,
+    uint64_t t, const char *id, size_t id_len, uint64_t now)
 {
 	sgi_lckey k;
 
-	sgi_lckey_from_digest(&k, digest);
-	memcpy(e->key, k.text, sizeof(e->key));
+	if (key == NULL) {
+		sgi_lckey_from_digest(&k, digest);
+		key = k.text;
+	}
+	memcpy(e->key, key, sizeof(e->key));
 	memcpy(e->cluster_id, id, id_len);
 	e->cluster_id[id_len] = '\0';
 	e->cluster_id_len = id_len;
@@ -1295,7 +1299,7 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 	rc = mdb_get(txn, s->dbi_main, &key, &val);
 	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
 		hit = true;
-		entry_fill(out, k->digest, t, id, id_len, now);
+		entry_fill(out, k->text, k->digest, t, id, id_len, now);
 	}
 	rtxn_put(s, txn);
 	pthread_rwlock_unlock(&s->rw);
@@ -1396,7 +1400,7 @@ lm_iterate(void *be, bool all, sg_store_iter_fn *fn, void *arg, sg_error *err)
 			continue;
 		if (!all && is_expired(s, t, now))
 			continue;
-		entry_fill(&e, d.mv_data, t, id, id_len, now);
+		entry_fill(&e, NULL, d.mv_data, t, id, id_len, now);
 		if ((rc = fn(&e, arg)) != 0)
 			goto out;
 	}

@@ -196,6 +196,49 @@ test_key_codec_round_trips(void **state)
 	assert_int_equal(sgi_lckey_parse(&a, k, SG_LC_KEY_LEN), SG_EINVAL);
 }
 
+static int
+ref_hex(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* Every byte value at every hex position: accepted iff [0-9a-f]. */
+static void
+test_key_parse_every_byte_at_every_position(void **state)
+{
+	char k[SG_LC_KEY_LEN + 1];
+	sgi_lckey a;
+	int pos, c, i;
+
+	(void)state;
+	key_of(k, "s1");
+	for (pos = 6; pos < SG_LC_KEY_LEN; pos++) {
+		char save = k[pos];
+
+		for (c = 1; c < 256; c++) {
+			int rc;
+
+			k[pos] = (char)c;
+			rc = sgi_lckey_parse(&a, k, SG_LC_KEY_LEN);
+			if (ref_hex(c) < 0) {
+				if (rc != SG_EINVAL)
+					fail_msg("byte %#x at %d accepted", c, pos);
+				continue;
+			}
+			assert_int_equal(rc, 0);
+			for (i = 0; i < 32; i++)
+				assert_int_equal(a.digest[i],
+				    ref_hex(k[6 + 2 * i]) << 4 |
+				    ref_hex(k[7 + 2 * i]));
+		}
+		k[pos] = save;
+	}
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -207,6 +250,7 @@ main(void)
 		T(test_invalid_cluster_ids_are_refused_before_queueing),
 		T(test_bad_keys_are_refused),
 		cmocka_unit_test(test_key_codec_round_trips),
+		cmocka_unit_test(test_key_parse_every_byte_at_every_position),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
