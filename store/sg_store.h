@@ -76,7 +76,7 @@ typedef struct sg_store sg_store;
 #define SG_STORE_DEFAULT_MAP_SIZE_MAX	(1ULL << 40)	/* growth limit */
 #define SG_STORE_DEFAULT_SYNC_MS	1000ULL
 #define SG_STORE_DEFAULT_MAX_READERS	126
-#define SG_STORE_DEFAULT_BATCH		1000	/* operations per transaction */
+#define SG_STORE_DEFAULT_BATCH		4096	/* operations per transaction */
 #define SG_STORE_DEFAULT_QUEUE		65536	/* queued operations */
 #define SG_STORE_DEFAULT_PATH		"/var/lib/stargate/lastcluster"
 

@@ -15,7 +15,7 @@
  * Writes.  sg_store_put() copies the operation into a queue under a mutex
  * and returns; one store thread per handle takes everything queued and
  * applies it in write transactions of at most batch_max operations (group
- * commit).  The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a
+ * commit: the more writes wait, the fewer pages and fsyncs per write).  The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a
  * committed transaction is in the page cache, so a killed process loses
  * nothing it committed and the file is never corrupt; the store thread
  * fsyncs every sync_interval_ms, so an operating-system crash loses at most
@@ -97,6 +97,7 @@
 #define IDX_LEN		16	/* u64be written_ms, u64be seq */
 #define READER_CHECK_MS	10000	/* periodic mdb_reader_check */
 #define MAX_RETRIES	64	/* resizes and reopens for one transaction */
+#define SWEEP_MAX	1000	/* deletions per compaction transaction */
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
 
@@ -1248,7 +1249,8 @@ do_compact(struct lstore *s, sg_store_compact_result *r, sg_error *err)
 	r->bytes_before = file_size(s->datapath);
 	do {
 		sw.now = sgi_store_now(&s->o);
-		sw.limit = s->o.batch_max;
+		sw.limit = s->o.batch_max < SWEEP_MAX ? s->o.batch_max :
+		    SWEEP_MAX;
 		if ((rc = write_txn(s, sweep_fn, &sw, err)) != 0)
 			return rc;
 		r->expired += sw.expired;

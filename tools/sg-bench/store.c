@@ -172,6 +172,8 @@ rm_rf(const char *dir)
 	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+static unsigned batch_opt;	/* --batch: the store's batch_max, 0 = default */
+
 static int
 store_open(sg_store **s, const char *dir, bool sync, uint64_t max_entries)
 {
@@ -186,6 +188,8 @@ store_open(sg_store **s, const char *dir, bool sync, uint64_t max_entries)
 	o.max_entries = max_entries;
 	o.map_size = 256ULL << 20;
 	o.queue_max = 1 << 20;
+	if (batch_opt > 0)
+		o.batch_max = batch_opt;
 	sg_error_clear(&e);
 	if ((rc = sg_store_open(s, &o, &e)) != 0)
 		fprintf(stderr, "sg-bench: store: %s\n", e.text);
@@ -607,14 +611,15 @@ usage(FILE *fp)
 	fprintf(fp,
 	    "usage: sg-bench store [--entries n] [--lookups n] [--writes n]\n"
 	    "                      [--sync-writes n] [--runs n] [--dir dir]\n"
-	    "                      [--redis host:port | --no-redis] [--json]\n");
+	    "                      [--redis host:port | --no-redis] [--batch n]\n"
+	    "                      [--json]\n");
 }
 
 int
 bench_store_main(int argc, char *argv[])
 {
 	enum { O_ENTRIES = 256, O_LOOKUPS, O_WRITES, O_SYNCW, O_RUNS, O_DIR,
-	    O_REDIS, O_NOREDIS, O_JSON, O_HELP };
+	    O_REDIS, O_NOREDIS, O_JSON, O_HELP, O_BATCH };
 	static const struct option lo[] = {
 		{ "entries",	required_argument,	NULL,	O_ENTRIES },
 		{ "lookups",	required_argument,	NULL,	O_LOOKUPS },
@@ -625,6 +630,7 @@ bench_store_main(int argc, char *argv[])
 		{ "redis",	required_argument,	NULL,	O_REDIS },
 		{ "no-redis",	no_argument,		NULL,	O_NOREDIS },
 		{ "json",	no_argument,		NULL,	O_JSON },
+		{ "batch",	required_argument,	NULL,	O_BATCH },
 		{ "help",	no_argument,		NULL,	O_HELP },
 		{ NULL,		0,			NULL,	0 }
 	};
@@ -672,6 +678,7 @@ bench_store_main(int argc, char *argv[])
 		case O_REDIS:	o.redis = optarg; break;
 		case O_NOREDIS:	o.no_redis = true; break;
 		case O_JSON:	o.json = true; break;
+		case O_BATCH:	batch_opt = (unsigned)v; break;
 		case 'h':
 		case O_HELP:
 			usage(stdout);
