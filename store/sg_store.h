@@ -149,9 +149,12 @@ typedef struct sg_store_entry {
 /*
  * Look key[0..key_len) up.  Returns 0 and fills *out on a hit, SG_ENOTFOUND
  * on a miss (absent, expired, or an unreadable value), SG_EINVAL for a key
- * that is not "lc:v1:" + 64 lowercase hex, or an error.  An expired entry is
+ * that is not "lc:v1:" + 64 lowercase hex, or an error (EAGAIN: the map
+ * is being resized by another process; try later).  An expired entry is
  * deleted by the store thread (the lookup itself stays a read-only
- * transaction).  Never blocks on writers.
+ * transaction).  Never waits for a writer, in this process or another:
+ * right after a compaction it may read the previous file (a consistent
+ * snapshot) until the store thread has reopened the store.
  */
 int	sg_store_lookup(sg_store *s, const char *key, size_t key_len,
 	    sg_store_entry *out, sg_error *err);

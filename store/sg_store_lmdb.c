@@ -23,7 +23,11 @@
  *
  * Reads.  A lookup is one read transaction: a cached MDB_txn (MDB_NOTLS, so
  * any thread may use it) is renewed, read and reset; a second concurrent
- * lookup in the same process begins its own.  Lookups never write: an
+ * lookup in the same process begins its own.  A lookup never waits for the
+ * store thread: when the environment must be reopened (after a swap) or
+ * its map adopted and s->rw is busy, the store thread is asked to do it
+ * (MAINT_*) and the lookup reads the old file or returns EAGAIN.  Lookups
+ * never write: an
  * expired entry found by a lookup is reported as a miss and a deletion is
  * queued for the store thread, which deletes it only if it is still the
  * same, still expired, entry.
@@ -98,6 +102,8 @@
 #define READER_CHECK_MS	10000	/* periodic mdb_reader_check */
 #define MAX_RETRIES	64	/* resizes and reopens for one transaction */
 #define SWEEP_MAX	1000	/* deletions per compaction transaction */
+#define MAINT_REOPEN	1u	/* requests from lookups to the store thread */
+#define MAINT_ADOPT	2u
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
 
@@ -158,6 +164,7 @@ struct lstore {
 	_Atomic uint64_t map_grows;
 	_Atomic uint64_t reopens;
 	_Atomic uint32_t stale_readers;
+	_Atomic unsigned maint;		/* MAINT_* requests */
 
 	/* Store thread only. */
 	bool		 dirty;
@@ -504,18 +511,15 @@ env_swapped(struct lstore *s)
 	return st.st_ino != s->data_ino || st.st_dev != s->data_dev;
 }
 
-/*
- * Close and reopen the environment if it was swapped (or is closed).  The
- * caller holds no lock on s->rw and no transaction.
- */
+/* Close and reopen the environment if it was swapped or is closed
+ * (s->rw write-locked). */
 static int
-env_reopen(struct lstore *s, sg_error *err)
+env_reopen_locked(struct lstore *s, sg_error *err)
 {
-	int rc = 0;
+	int rc;
 
-	pthread_rwlock_wrlock(&s->rw);
 	if (s->env != NULL && !env_swapped(s))
-		goto out;
+		return 0;
 	rtxn_drop(s);
 	if (s->env != NULL) {
 		mdb_env_close(s->env);
@@ -525,25 +529,52 @@ env_reopen(struct lstore *s, sg_error *err)
 		s->env_rc = rc;
 	else
 		atomic_fetch_add(&s->reopens, 1);
-out:
+	return rc;
+}
+
+/* The same, for a caller that holds no lock on s->rw and no transaction. */
+static int
+env_reopen(struct lstore *s, sg_error *err)
+{
+	int rc;
+
+	pthread_rwlock_wrlock(&s->rw);
+	rc = env_reopen_locked(s, err);
 	pthread_rwlock_unlock(&s->rw);
 	return rc;
 }
 
-/* Another process grew the map: adopt its size. */
+/* Another process grew the map: adopt its size (s->rw write-locked). */
 static void
-env_adopt(struct lstore *s)
+env_adopt_locked(struct lstore *s)
 {
 	MDB_envinfo info;
 
-	pthread_rwlock_wrlock(&s->rw);
 	if (s->env != NULL) {
 		rtxn_drop(s);
 		mdb_env_set_mapsize(s->env, 0);
 		if (mdb_env_info(s->env, &info) == 0)
 			s->map_size = info.me_mapsize;
 	}
+}
+
+static void
+env_adopt(struct lstore *s)
+{
+	pthread_rwlock_wrlock(&s->rw);
+	env_adopt_locked(s);
 	pthread_rwlock_unlock(&s->rw);
+}
+
+/* Ask the store thread to reopen or adopt, for a caller that cannot wait. */
+static void
+maint_request(struct lstore *s, unsigned bits)
+{
+	atomic_fetch_or(&s->maint, bits);
+	pthread_mutex_lock(&s->mu);
+	if (s->idle)
+		pthread_cond_signal(&s->work_cv);
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* The map is full: double it, up to the maximum. */
@@ -598,6 +629,41 @@ env_enter(struct lstore *s, sg_error *err)
 		pthread_rwlock_unlock(&s->rw);
 		if ((rc = env_reopen(s, err)) != 0)
 			return rc;
+	}
+	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
+}
+
+/*
+ * env_enter() for lookups, which must not wait for the store thread (it may
+ * hold s->rw for reading while it waits for LMDB's writer lock).  After a
+ * swap the environment is reopened at once when s->rw is free; otherwise
+ * the store thread is asked to, and the lookup reads the old file, a
+ * consistent snapshot from just before the swap.
+ */
+static int
+env_enter_nowait(struct lstore *s, sg_error *err)
+{
+	int rc, tries;
+
+	for (tries = 0; tries < MAX_RETRIES; tries++) {
+		pthread_rwlock_rdlock(&s->rw);
+		if (s->env != NULL && gen_load(s) == s->gen)
+			return 0;
+		pthread_rwlock_unlock(&s->rw);
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
+			rc = env_reopen_locked(s, err);
+			pthread_rwlock_unlock(&s->rw);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		maint_request(s, MAINT_REOPEN);
+		pthread_rwlock_rdlock(&s->rw);
+		if (s->env != NULL)
+			return 0;
+		rc = s->env_rc != 0 ? s->env_rc : SG_ESTORE;
+		pthread_rwlock_unlock(&s->rw);
+		return sg_seterr(err, rc, "store is being reopened");
 	}
 	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
 }
@@ -1006,9 +1072,11 @@ store_main(void *arg)
 	for (;;) {
 		struct op *tmp;
 		struct job *job;
+		unsigned maint;
 		size_t n, cap;
 
-		while (s->qlen == 0 && s->job == NULL && !s->stop) {
+		while (s->qlen == 0 && s->job == NULL && !s->stop &&
+		    atomic_load(&s->maint) == 0) {
 			uint64_t now = mono_ms(), due;
 			struct timespec ts;
 			int rc;
@@ -1045,6 +1113,11 @@ store_main(void *arg)
 		job = s->job;
 		pthread_mutex_unlock(&s->mu);
 
+		maint = atomic_exchange(&s->maint, 0);
+		if (maint & MAINT_REOPEN)
+			(void)env_reopen(s, NULL);
+		if (maint & MAINT_ADOPT)
+			env_adopt(s);
 		if (n > 0)
 			process(s, s->w, n);
 		if (job != NULL) {
@@ -1284,13 +1357,18 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 
 	now = sgi_store_now(&s->o);
 	for (tries = 0;; tries++) {
-		if ((rc = env_enter(s, err)) != 0)
+		if ((rc = env_enter_nowait(s, err)) != 0)
 			return rc;
 		rc = rtxn_get(s, &txn);
 		if (rc == MDB_MAP_RESIZED && tries < MAX_RETRIES) {
 			pthread_rwlock_unlock(&s->rw);
-			env_adopt(s);
-			continue;
+			if (pthread_rwlock_trywrlock(&s->rw) == 0) {
+				env_adopt_locked(s);
+				pthread_rwlock_unlock(&s->rw);
+				continue;
+			}
+			maint_request(s, MAINT_ADOPT);
+			return sg_seterr(err, EAGAIN, "store map is being resized");
 		}
 		if (rc != 0) {
 			pthread_rwlock_unlock(&s->rw);

@@ -729,6 +729,6 @@ start_reader() {
 	records 0 10 $(($(now_ms) - 3600000)) | "$LC" -d "$D" load >/dev/null
 	run -0 --separate-stderr sh -c "$cmd"
 	run -0 --separate-stderr "$LC" -d "$D" stats
-	[ "$(j .entries)" = 0 ]		# the 10m TTL of the file applied
+	[ "$(j .entries)" = 0 ]		# the expired entries were dropped
 	[ "$(j .generation)" = 1 ]	# and the copy was swapped in
 }
