@@ -228,7 +228,7 @@ CHAT='{"model":"dummy-model","messages":[{"role":"system","content":"be brief"},
 	    "$URL/v1/chat/completions" >"$T/held.json" &
 	PIDS+=($!)
 	local cpid=$!
-	wait_stats '.queued == 1 and .queued_input_tokens == 300 and .running == 2'
+	wait_stats '.queued == 1 and .queued_input_tokens == 300 and .running == 3'
 	post /control/release '{}'
 	[ "$(j '.held')" = 0 ]
 	wait "$cpid"

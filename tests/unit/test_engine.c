@@ -129,10 +129,12 @@ test_fifo_queue_waits_for_a_free_slot(void **state)
 	submit(e, 0, 0, 500, 5, 1);
 	submit(e, 0, 0, 300, 2, 2);
 	/* At 100 ms: one running (prefilling, 400 tokens left), one waiting
-	 * (300 tokens): queued = 2, queued input = 700. */
+	 * (300 tokens): running counts both (the engine holds 2 on 1 slot),
+	 * queued = 2, queued input = 700. */
 	eng_advance(e, 100);
 	eng_cluster(e, 100, &cl);
-	assert_int_equal(cl.running, 1);
+	assert_int_equal(cl.running, 2);
+	assert_int_equal(eng_running(e), 1);
 	assert_int_equal(cl.queued, 2);
 	assert_int_equal(cl.queued_input_tokens, 700);
 	assert_int_equal(cl.max_engine_concurrency, 1);
@@ -344,7 +346,7 @@ test_hold_fills_slots_and_release_drains(void **state)
 	submit(e, 0, 0, 100, 1, 1);
 	eng_advance(e, 1000);
 	eng_cluster(e, 1000, &cl);
-	assert_int_equal(cl.running, 2);
+	assert_int_equal(cl.running, 3);	/* 2 held + 1 waiting */
 	assert_int_equal(cl.queued, 1);
 	assert_int_equal(l.n, 0);
 	/* Released at 1000: prefill 100 ms, first token at 1100. */

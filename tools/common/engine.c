@@ -1138,7 +1138,9 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 		}
 	}
 	c->max_engine_concurrency = e->cfg.slots;
-	c->running = (uint64_t)e->nadm + e->held;
+	/* Everything the engine has accepted: a router compares this with
+	 * max_engine_concurrency (+ max_queued), ref §2.4. */
+	c->running = (uint64_t)e->nadm + e->held + e->nwait;
 	c->queued = (uint64_t)e->nwait + e->npre;
 	c->queued_input_tokens = e->wait_tokens + pending;
 	c->total_input_tokens = e->wait_tokens + e->adm_tokens;

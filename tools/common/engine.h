@@ -168,8 +168,10 @@ uint32_t eng_held(const eng *e);
 
 /*
  * Fill c's load fields from the engine state at now (call eng_advance(now)
- * first): max_engine_concurrency, running, queued (not yet past the first
- * token), queued_input_tokens (prompt tokens of waiting requests plus the
+ * first): max_engine_concurrency, running (every request the engine holds,
+ * running or waiting, plus held slots: so "running < max_engine_concurrency"
+ * is "a slot is free" and max_queued counts waiting requests, as ref §2.4
+ * expects), queued (not yet past the first token), queued_input_tokens (prompt tokens of waiting requests plus the
  * remaining prefill of admitted ones), total_input_tokens, last_mean_input_tps
  * (prefill tokens / prefill time over the last tps_window samples), max_input_tps,
  * kv_*, and the priority map when configured.  id and rtt_ms are untouched.

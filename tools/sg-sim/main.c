@@ -32,6 +32,7 @@ enum {
 
 static const struct option longopts[] = {
 	{ "jobs",	required_argument,	NULL,	'j' },
+	{ "check",	no_argument,		NULL,	'n' },
 	{ "verbose",	no_argument,		NULL,	'v' },
 	{ "csv",	no_argument,		NULL,	OPT_CSV },
 	{ "json",	no_argument,		NULL,	OPT_JSON },
@@ -47,7 +48,7 @@ static void __attribute__((noreturn))
 usage(int status)
 {
 	fprintf(status == EX_OK ? stdout : stderr,
-	    "usage: %s [-v] [-j jobs] [--csv | --json] [--rows list] [--seed n]\n"
+	    "usage: %s [-nv] [-j jobs] [--csv | --json] [--rows list] [--seed n]\n"
 	    "       [--svg file] scenario.json\n"
 	    "       %s -h | --help | --version\n", progname, progname);
 	exit(status);
@@ -107,11 +108,11 @@ main(int argc, char *argv[])
 	scenario sc;
 	work w;
 	uint64_t seed = 0, jobs = 1, simulated = 0;
-	bool has_seed = false, verbose = false;
+	bool has_seed = false, verbose = false, check = false;
 	int ch, fmt = 0, rc, status = EX_OK;
 	size_t i, nth = 0;
 
-	while ((ch = getopt_long(argc, argv, "j:v", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "j:nv", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			if (sg_parse_u64(optarg, strlen(optarg), SIM_MAX_ROWS,
@@ -120,6 +121,9 @@ main(int argc, char *argv[])
 				    progname, SIM_MAX_ROWS);
 				usage(EX_USAGE);
 			}
+			break;
+		case 'n':
+			check = true;
 			break;
 		case 'v':
 			verbose = true;
@@ -176,6 +180,8 @@ main(int argc, char *argv[])
 	}
 	if (has_seed)
 		sc.seed = seed;
+	if (check)
+		goto out;
 
 	memset(&w, 0, sizeof(w));
 	w.sc = &sc;

@@ -172,38 +172,62 @@ row_color(int lca)
 #define PANEL_W		300
 #define GAP		50
 #define ROW_H		26
-#define TOP		84
+#define TOP		100
 
-/* One panel of horizontal bars. */
+/*
+ * One panel of horizontal bars.  TTFT spans orders of magnitude between
+ * rows (a saturated cluster's queue against a cache hit), so its axis is
+ * logarithmic, from the power of ten below the smallest value to the one
+ * above the largest, with a tick at each power; reuse is linear, 0-100%.
+ */
 static void
 svg_panel(FILE *fp, const scenario *sc, const sim_result *res, double x0,
     const char *title, bool reuse)
 {
-	double max = 0, v;
-	size_t i;
+	double lo = 1e300, hi = 0, v, span = PANEL_W - 80, p;
+	size_t i, y0 = TOP - 4, y1 = (size_t)TOP + sc->nrows * ROW_H;
 
 	for (i = 0; i < sc->nrows; i++) {
 		v = reuse ? res[i].kv_reuse * 100.0 : res[i].ttft_p99_ms;
-		if (v > max)
-			max = v;
+		if (v > 0 && v < lo)
+			lo = v;
+		if (v > hi)
+			hi = v;
 	}
-	if (reuse)
-		max = 100.0;
-	if (!(max > 0))
-		max = 1;
-	fprintf(fp, "  <text x=\"%.1f\" y=\"%d\" class=\"h\">", x0, TOP - 12);
+	if (reuse) {
+		lo = 0;
+		hi = 100;
+	} else {
+		lo = hi > 0 ? pow(10, floor(log10(lo))) : 1;
+		hi = hi > lo ? pow(10, ceil(log10(hi))) : lo * 10;
+	}
+	fprintf(fp, "  <text x=\"%.1f\" y=\"%d\" class=\"h\">", x0, TOP - 30);
 	xml_text(fp, title);
 	fprintf(fp, "</text>\n");
-	fprintf(fp, "  <line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%zu\" "
-	    "stroke=\"#444\"/>\n", x0, TOP - 4, x0,
-	    (size_t)TOP + sc->nrows * ROW_H);
+	/* Axis ticks. */
+	for (p = reuse ? 0 : lo; p <= hi * 1.0000001; p = reuse ? p + 25 :
+	    p * 10) {
+		double x = x0 + (reuse ? p / 100.0 : log10(p / lo) /
+		    log10(hi / lo)) * span;
+
+		fprintf(fp, "  <line x1=\"%.1f\" y1=\"%zu\" x2=\"%.1f\" "
+		    "y2=\"%zu\" stroke=\"#ddd\"/>\n", x, y0, x, y1);
+		fprintf(fp, "  <text x=\"%.1f\" y=\"%zu\" class=\"v\" "
+		    "text-anchor=\"middle\">%.0f%s</text>\n", x, y0 - 4, p,
+		    reuse ? "%" : "");
+	}
+	fprintf(fp, "  <line x1=\"%.1f\" y1=\"%zu\" x2=\"%.1f\" y2=\"%zu\" "
+	    "stroke=\"#444\"/>\n", x0, y0, x0, y1);
 	for (i = 0; i < sc->nrows; i++) {
 		double w;
 		size_t y = (size_t)TOP + i * ROW_H;
 
 		v = reuse ? res[i].kv_reuse * 100.0 : res[i].ttft_p99_ms;
-		w = v / max * (PANEL_W - 70);
-		if (w < 0)
+		if (reuse)
+			w = v / 100.0 * span;
+		else
+			w = v > lo ? log10(v / lo) / log10(hi / lo) * span : 0;
+		if (!(w > 0))
 			w = 0;
 		fprintf(fp, "  <rect x=\"%.1f\" y=\"%zu\" width=\"%.1f\" "
 		    "height=\"%d\" fill=\"%s\"/>\n", x0, y + 4, w, ROW_H - 8,
@@ -243,12 +267,12 @@ report_svg(FILE *fp, const scenario *sc, const sim_result *res)
 		xml_text(fp, sc->rows[i].name);
 		fprintf(fp, "</text>\n");
 	}
-	svg_panel(fp, sc, res, p1, "TTFT p99 (ms)", false);
+	svg_panel(fp, sc, res, p1, "TTFT p99 (ms, log scale)", false);
 	svg_panel(fp, sc, res, p2, "KV-cache reuse (reused / input tokens)",
 	    true);
 	fprintf(fp, "  <text x=\"10\" y=\"%zu\" class=\"v\">window %.0f-%.0f s "
-	    "of simulated time; bars scaled to the largest value (TTFT) and to "
-	    "100%% (reuse)</text>\n", h - 16, sc->warmup_ms / 1000.0,
+	    "of simulated time; TTFT on a log scale, reuse from 0 to 100%%"
+	    "</text>\n", h - 16, sc->warmup_ms / 1000.0,
 	    sc->duration_ms / 1000.0);
 	fprintf(fp, "</svg>\n");
 	return ferror(fp) ? -1 : 0;

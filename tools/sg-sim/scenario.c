@@ -678,18 +678,21 @@ scenario_load(scenario *sc, const char *path, sg_error *err)
 	json_t *root;
 	const char *base = strrchr(path, '/');
 	ctx c = { path, err };
+	FILE *fp;
 	int rc;
 
 	memset(sc, 0, sizeof(*sc));
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (root == NULL) {
-		if (je.line == -1 || strstr(je.text, "unable to open") != NULL) {
-			sg_seterr(err, SG_EIO, "%s: %s", path, je.text);
-			return errno != 0 ? errno : ENOENT;
-		}
+	if ((fp = fopen(path, "r")) == NULL) {
+		rc = errno;
+		sg_seterr(err, SG_EIO, "cannot open '%s': %s", path,
+		    strerror(rc));
+		return rc;
+	}
+	root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+	fclose(fp);
+	if (root == NULL)
 		return sg_seterr(err, SG_EINVAL, "%s:%d:%d: %s", path, je.line,
 		    je.column, je.text);
-	}
 	/* Name defaults to the file name without ".json". */
 	snprintf(sc->name, sizeof(sc->name), "%s", base != NULL ? base + 1 :
 	    path);
