@@ -16,8 +16,8 @@
  * into an sg_cluster (clusters are sampled at staggered phases) and, after
  * stats_staleness_ms, published.  Between publications the router's
  * snapshot is the last published sample plus every reservation made since
- * that sample was taken (sg_snapshot_reserve), which is what sg-proxy does;
- * a publication drops the reservations its sample already reflects.
+ * it was published (sg_snapshot_reserve), which is what sg-proxy does; a
+ * publication clears the reservations (ref §2.3), stale or not.
  *
  * A request: at its turn start it is decided at elapsed 0; "wait" rechecks
  * at min(recheck_at, now + recheck_cap_ms) (the proxy polls the same way,
@@ -49,14 +49,12 @@ typedef struct ev {
 } ev;
 
 typedef struct resv {
-	uint64_t	seq;
 	uint64_t	tokens;
 	uint32_t	prio;
 } resv;
 
 typedef struct sample {
 	sg_cluster	c;
-	uint64_t	seq;
 } sample;
 
 typedef struct cstate {
@@ -103,7 +101,7 @@ typedef struct sim {
 	cstate		*cs;
 	size_t		 nc;
 	double		 now;
-	uint64_t	 seq;		/* events, reservations and samples */
+	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
 	sg_error	*err;
 
@@ -344,7 +342,6 @@ reserve(sim *s, size_t i, uint64_t tokens, uint32_t prio)
 		return;
 	}
 	r = &c->rv[c->rv_n++];
-	r->seq = s->seq++;
 	r->tokens = tokens;
 	r->prio = prio;
 	sg_snapshot_reserve(s->snap, i, tokens, prio);
@@ -355,14 +352,15 @@ static void
 publish(sim *s, size_t i, const sample *smp)
 {
 	cstate *c = &s->cs[i];
-	size_t k;
 
+	/* Ref §2.3: a publication clears the cluster's reservations, which
+	 * are assumed reflected, even when the sample is stale and was
+	 * taken before them.  (Reservations made at the same instant as the
+	 * sample but after it would survive; none can be made after a
+	 * publication and before it is applied.) */
 	c->vis = smp->c;
-	while (c->rv_head < c->rv_n && c->rv[c->rv_head].seq < smp->seq)
-		c->rv_head++;
+	c->rv_head = c->rv_n = 0;
 	*sg_snapshot_at(s->snap, i) = c->vis;
-	for (k = c->rv_head; k < c->rv_n; k++)
-		sg_snapshot_reserve(s->snap, i, c->rv[k].tokens, c->rv[k].prio);
 }
 
 static void
@@ -375,7 +373,6 @@ take_sample(sim *s, size_t i, double t)
 	c->next = eng_next_event(c->e);
 	smp.c = c->vis;
 	eng_cluster(c->e, t, &smp.c);
-	smp.seq = s->seq++;
 	if (s->sc->stats_staleness_ms <= 0) {
 		publish(s, i, &smp);
 		return;
@@ -782,8 +779,7 @@ setup(sim *s)
 		 * at staggered phases. */
 		smp.c = c->vis;
 		eng_cluster(c->e, 0, &smp.c);
-		smp.seq = s->seq++;
-		publish(s, i, &smp);
+			publish(s, i, &smp);
 		c->next = INFINITY;
 		push(s, sc->stats_interval_ms * (double)(i + 1) /
 		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
