@@ -313,7 +313,7 @@ rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
  */
 #define KEY_IDX_BITS	12
 #define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
-#define RADIX_MIN	64
+#define RADIX_MIN	128
 
 _Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
     "candidate indices must fit in the key's low bits");

@@ -649,7 +649,7 @@ pulsar_fx(size_t n, const char *key)
 static void
 test_pulsar_rank_orders_by_descending_score(void **state)
 {
-	static const size_t sizes[] = { 7, 63, 64, 200, 300 };
+	static const size_t sizes[] = { 7, 64, 127, 128, 200, 300 };
 	size_t want[512], got[512], nr, k;
 	unsigned key;
 	char kb[32];
@@ -729,7 +729,7 @@ weight_for(const fx *f, const char *id, double target)
 static void
 test_pulsar_rank_exact_order_in_long_lists(void **state)
 {
-	fx *f = pulsar_fx(100, "k-long");
+	fx *f = pulsar_fx(150, "k-long");
 	size_t want[512], got[512], nr, pa, pb, pc, pd, i;
 	double sa;
 
