@@ -367,3 +367,11 @@ thrash_json() {
 	off=$(row wait-and-widen/off left_last_cluster_share)
 	jq -en --argjson off "$off" '$off < 0.03'
 }
+
+@test "the cache-thrash table in the man page's EXAMPLES is the current output" {
+	run -0 --separate-stderr "$SIM" "$THRASH"
+	sed -n '/^\$ sg-sim tools\/sim\/scenarios\/cache-thrash.json$/,/^\.Ed$/p' "$MAN" |
+	    sed '1d;$d' >"$T/man.txt"
+	[ -s "$T/man.txt" ]
+	diff "$T/man.txt" - <<<"$output"
+}
