@@ -63,10 +63,19 @@
  *      it opened; on a change it aborts (an aborted transaction writes
  *      nothing), closes and reopens the environment and replays the batch
  *      on the new file.  So no write ever lands in the old file, and
- *      nothing committed is lost.  Readers compare the generation counter
- *      (one atomic load) on each lookup and reopen on a change; until they
- *      do they read a consistent, slightly older snapshot from the old
- *      inode.
+ *      nothing committed is lost.  The same check guards the write
+ *      transaction that creates the named databases at open.  Readers
+ *      compare the generation counter (one atomic load) on each lookup and
+ *      reopen on a change; until they do they read the old inode (an older
+ *      snapshot, or, when its meta page parity no longer matches, nothing:
+ *      a miss).  An idle store thread polls the counter every GEN_POLL_MS
+ *      and reopens, so that processes leave a replaced file quickly.
+ *   5. Residual risk: LMDB's recovery from a writer that died holding the
+ *      writer lock (EOWNERDEAD) resets the shared transaction id from the
+ *      meta pages of the file the next locker maps.  If that next locker
+ *      still maps a replaced file (within about GEN_POLL_MS of a swap),
+ *      the id can move backwards.  It takes a crash inside a commit and a
+ *      compaction within the same fraction of a second.
  * A compactor killed mid-way leaves either the old file (and a stray
  * data.mdb.compact, removed by the next compaction) or the new one; the
  * inode check covers a swap whose generation bump was lost.  The
@@ -100,6 +109,7 @@
 #define VAL_HDR		16	/* u64 written_ms, u64 seq */
 #define IDX_LEN		16	/* u64be written_ms, u64be seq */
 #define READER_CHECK_MS	10000	/* periodic mdb_reader_check */
+#define GEN_POLL_MS	100	/* an idle store thread follows swaps this fast */
 #define MAX_RETRIES	64	/* resizes and reopens for one transaction */
 #define SWEEP_MAX	1000	/* deletions per compaction transaction */
 #define MAINT_REOPEN	1u	/* requests from lookups to the store thread */
@@ -423,18 +433,53 @@ rtxn_drop(struct lstore *s)
 		mdb_txn_abort(txn);
 }
 
-/* Open s->env (s->rw write-locked or not yet shared). */
+#define SWAPPED		(-1)	/* env_open_once(): data.mdb replaced, retry */
+
 static int
-env_open(struct lstore *s, sg_error *err)
+dbis_open(struct lstore *s, MDB_txn *txn, unsigned flags)
+{
+	int rc;
+
+	if ((rc = mdb_dbi_open(txn, DB_MAIN, flags, &s->dbi_main)) != 0 ||
+	    (rc = mdb_dbi_open(txn, DB_TIME, flags, &s->dbi_time)) != 0 ||
+	    (rc = mdb_dbi_open(txn, DB_META, flags, &s->dbi_meta)) != 0)
+		return rc;
+	return 0;
+}
+
+/* Begin a transaction on a freshly opened env, adopting a grown map. */
+static int
+fresh_begin(MDB_env *env, unsigned flags, MDB_txn **txn)
+{
+	int rc, tries;
+
+	for (tries = 0;; tries++) {
+		rc = mdb_txn_begin(env, NULL, flags, txn);
+		if (rc != MDB_MAP_RESIZED || tries == 4)
+			return rc;
+		mdb_env_set_mapsize(env, 0);
+	}
+}
+
+/*
+ * Open the environment once.  The named databases are opened in a read
+ * transaction when they exist; creating them takes a write transaction,
+ * which, like every write transaction here, first checks under the writer
+ * lock that data.mdb is still the file this environment maps: a process
+ * that opened the store just before a compaction swapped it must not
+ * commit into the replaced file (its commit would also move LMDB's shared
+ * transaction id and hide the other processes' last commit).
+ */
+static int
+env_open_once(struct lstore *s, sg_error *err)
 {
 	MDB_env *env = NULL;
 	MDB_txn *txn = NULL;
 	MDB_envinfo info;
-	struct stat st;
+	struct stat st, now;
 	unsigned flags = MDB_NOTLS | (s->o.sync ? 0 : MDB_NOSYNC);
-	unsigned dbflags = MDB_CREATE;
 	uint64_t g;
-	int rc, fd, dead = 0, tries;
+	int rc, fd, dead = 0;
 
 	/* Before opening: a swap after this load is seen later as a change. */
 	g = gen_load(s);
@@ -459,36 +504,53 @@ env_open(struct lstore *s, sg_error *err)
 		lerr(err, rc, "data file");
 		goto fail;
 	}
-	s->data_dev = st.st_dev;
-	s->data_ino = st.st_ino;
 	if (mdb_reader_check(env, &dead) == 0 && dead > 0)
 		atomic_fetch_add(&s->stale_readers, (uint32_t)dead);
-	for (tries = 0;; tries++) {
-		rc = mdb_txn_begin(env, NULL, 0, &txn);
-		if (rc == MDB_MAP_RESIZED && tries < 4) {
-			mdb_env_set_mapsize(env, 0);
-			continue;
-		}
-		break;
-	}
-	if (rc != 0) {
+	if ((rc = fresh_begin(env, MDB_RDONLY, &txn)) != 0) {
 		lerr(err, rc, "cannot begin a transaction");
 		goto fail;
 	}
-	if ((rc = mdb_dbi_open(txn, DB_MAIN, dbflags, &s->dbi_main)) != 0 ||
-	    (rc = mdb_dbi_open(txn, DB_TIME, dbflags, &s->dbi_time)) != 0 ||
-	    (rc = mdb_dbi_open(txn, DB_META, dbflags, &s->dbi_meta)) != 0) {
+	rc = dbis_open(s, txn, 0);
+	if (rc == 0) {
+		rc = mdb_txn_commit(txn);	/* keeps the handles */
+		txn = NULL;
+		if (rc != 0) {
+			lerr(err, rc, "cannot open the databases");
+			goto fail;
+		}
+	} else {
 		mdb_txn_abort(txn);
-		sg_seterr(err, mdb_to_sg(rc), "store '%s' is not a last-cluster "
-		    "store: %s", s->dir, mdb_strerror(rc));
-		goto fail;
-	}
-	if ((rc = mdb_txn_commit(txn)) != 0) {
-		lerr(err, rc, "cannot commit");
-		goto fail;
+		txn = NULL;
+		if (rc != MDB_NOTFOUND) {
+			sg_seterr(err, mdb_to_sg(rc), "store '%s' is not a "
+			    "last-cluster store: %s", s->dir, mdb_strerror(rc));
+			goto fail;
+		}
+		if ((rc = fresh_begin(env, 0, &txn)) != 0) {
+			lerr(err, rc, "cannot begin a write transaction");
+			goto fail;
+		}
+		if (gen_load(s) != g || stat(s->datapath, &now) != 0 ||
+		    now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+			mdb_txn_abort(txn);
+			mdb_env_close(env);
+			return SWAPPED;
+		}
+		if ((rc = dbis_open(s, txn, MDB_CREATE)) != 0) {
+			mdb_txn_abort(txn);
+			sg_seterr(err, mdb_to_sg(rc), "store '%s' is not a "
+			    "last-cluster store: %s", s->dir, mdb_strerror(rc));
+			goto fail;
+		}
+		if ((rc = mdb_txn_commit(txn)) != 0) {
+			lerr(err, rc, "cannot commit");
+			goto fail;
+		}
 	}
 	if (mdb_env_info(env, &info) == 0)
 		s->map_size = info.me_mapsize;
+	s->data_dev = st.st_dev;
+	s->data_ino = st.st_ino;
 	s->env = env;
 	s->env_rc = 0;
 	s->gen = g;
@@ -496,6 +558,18 @@ env_open(struct lstore *s, sg_error *err)
 fail:
 	mdb_env_close(env);
 	return mdb_to_sg(rc);
+}
+
+/* Open s->env (s->rw write-locked or not yet shared). */
+static int
+env_open(struct lstore *s, sg_error *err)
+{
+	int rc, tries;
+
+	for (tries = 0; tries < MAX_RETRIES; tries++)
+		if ((rc = env_open_once(s, err)) != SWAPPED)
+			return rc;
+	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
 }
 
 /* True if data.mdb is no longer the file s->env maps. */
@@ -1037,11 +1111,27 @@ process(struct lstore *s, const struct op *ops, size_t n)
 
 static int do_compact(struct lstore *, sg_store_compact_result *, sg_error *);
 
+/* True if a compaction swapped the store since s->env was opened. */
+static bool
+env_stale(struct lstore *s)
+{
+	bool stale;
+
+	pthread_rwlock_rdlock(&s->rw);
+	stale = s->env == NULL || gen_load(s) != s->gen;
+	pthread_rwlock_unlock(&s->rw);
+	return stale;
+}
+
 static void
 periodic(struct lstore *s, bool force_sync)
 {
 	uint64_t now = mono_ms();
 	int dead = 0;
+
+	/* Leave a replaced file soon even when idle (see the top comment). */
+	if (!force_sync && env_stale(s))
+		(void)env_reopen(s, NULL);
 
 	if (s->dirty && (force_sync || (s->o.sync_interval_ms > 0 &&
 	    now - s->last_sync >= s->o.sync_interval_ms))) {
@@ -1082,6 +1172,8 @@ store_main(void *arg)
 			int rc;
 
 			due = s->last_check + READER_CHECK_MS;
+			if (now + GEN_POLL_MS < due)
+				due = now + GEN_POLL_MS;
 			if (s->dirty && s->o.sync_interval_ms > 0 &&
 			    s->last_sync + s->o.sync_interval_ms < due)
 				due = s->last_sync + s->o.sync_interval_ms;
