@@ -416,7 +416,7 @@ prom_check() {
 	PIDS+=($!)
 	curl -sS --max-time 20 --data-binary "$CHAT" "$URL/v1/chat/completions" >/dev/null 2>&1 &
 	PIDS+=($!)
-	wait_stats '.running == 1 and .queued == 1'
+	wait_stats '.running == 2 and .queued == 1'
 	kill -TERM "$MPID"
 	local st=0
 	wait "$MPID" || st=$?
