@@ -35,7 +35,7 @@ DEPLIBS   := $(shell $(PKG_CONFIG) --libs $(DEPS) 2>/dev/null) -lpthread -lm
 TESTCFLAGS:= $(shell $(PKG_CONFIG) --cflags $(TESTDEPS) 2>/dev/null)
 TESTLIBS  := $(shell $(PKG_CONFIG) --libs $(TESTDEPS) 2>/dev/null)
 
-SG_CPPFLAGS = -Ilibstargate -Istore -D_DEFAULT_SOURCE -D_GNU_SOURCE \
+SG_CPPFLAGS = -Ilibstargate -Istore -Itools -D_DEFAULT_SOURCE -D_GNU_SOURCE \
               -DSG_VERSION='"$(VERSION)"' $(DEPCFLAGS) $(CPPFLAGS)
 SG_CFLAGS   = -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
               -Wmissing-prototypes -fPIC -g -O2 $(SANITIZE) $(CFLAGS)
@@ -84,7 +84,7 @@ deps:
 # --- library --------------------------------------------------------------
 $(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) Makefile
 	@mkdir -p $(@D)
-	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -Itools -c -o $@ $<
+	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -c -o $@ $<
 
 $(O)/libstargate.a: $(LIBOBJ)
 	@mkdir -p $(@D)

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../../tools/common/engine.h"	/* unit tests build without -Itools */
+#include "common/engine.h"
 
 #define MAXEV 64
 
