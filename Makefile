@@ -149,7 +149,8 @@ install: all
 	install -m 755 $(O)/libstargate.so $(DESTDIR)$(LIBDIR)/libstargate.so.$(VERSION)
 	ln -sf libstargate.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libstargate.so.0
 	ln -sf libstargate.so.0 $(DESTDIR)$(LIBDIR)/libstargate.so
-	install -m 644 $(O)/stargate.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
 	install -m 644 $(PUBHDR) $(DESTDIR)$(INCDIR)/
 	for m in $(MANPAGES); do s=$${m##*.}; \
 	  sed 's/^\.Os.*/.Os Stargate $(VERSION)/' $$m > $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done

@@ -1,0 +1,110 @@
+#!/usr/bin/env bats
+# build.bats — promises of the build itself: install layout, the installed
+# library usable through pkg-config, and the library's discipline (no global
+# mutable state, no printing, exiting or environment reads).
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	TOP=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+	SG_BINDIR=${SG_BINDIR:-$TOP/build/san/bin}
+	O=${SG_BINDIR%/bin}
+	TMP=$(mktemp -d)
+}
+
+teardown() {
+	rm -rf "$TMP"
+}
+
+@test "make install lays out programs, library, headers, man pages and stargate.pc under DESTDIR" {
+	run -0 make -C "$TOP" --no-print-directory O="${O#$TOP/}" \
+	    install PREFIX=/usr DESTDIR="$TMP/root"
+	for p in sg-route sg-classify sg-lastcluster sg-sim sg-mockengine sg-bench; do
+		[ -x "$TMP/root/usr/bin/$p" ]
+	done
+	[ -f "$TMP/root/usr/lib/libstargate.a" ]
+	[ -f "$TMP/root/usr/lib/libstargate.so.0.1.0" ]
+	[ -L "$TMP/root/usr/lib/libstargate.so" ]
+	[ -f "$TMP/root/usr/lib/pkgconfig/stargate.pc" ]
+	[ -f "$TMP/root/usr/include/stargate/stargate.h" ]
+	[ ! -e "$TMP/root/usr/include/stargate/sg_internal.h" ]
+	[ -f "$TMP/root/usr/share/man/man1/sg-route.1" ]
+	[ -f "$TMP/root/usr/share/man/man5/stargate-lb-config.5" ]
+	run -0 grep -q '^\.Os Stargate 0\.1\.0' "$TMP/root/usr/share/man/man1/sg-route.1"
+}
+
+@test "a program builds against the installed library through pkg-config and routes a request" {
+	make -C "$TOP" --no-print-directory O="${O#$TOP/}" \
+	    install PREFIX="$TMP/root" >/dev/null
+	cat >"$TMP/use.c" <<'EOF'
+#include <stdio.h>
+#include <stargate.h>
+
+int
+main(void)
+{
+	sg_lbconf *conf = NULL;
+	sg_router *rt = NULL;
+	sg_snapshot *snap = sg_snapshot_new();
+	sg_cluster c;
+	sg_request req;
+	sg_decision d;
+	sg_error err;
+	int rc = 1;
+
+	sg_request_init(&req);
+	req.request_id = "r-1";
+	req.model = "m";
+	req.input_tokens = 100;
+	if (snap == NULL || sg_lbconf_default(&conf, &err) != 0 ||
+	    sg_router_new(&rt, conf, 0, &err) != 0)
+		goto out;
+	sg_cluster_init(&c, "A", 1);
+	c.max_engine_concurrency = 4;
+	c.last_mean_input_tps = 1000;
+	if (sg_snapshot_add(snap, &c, &err) != 0 ||
+	    sg_router_decide(rt, snap, &req, 0, &d, &err) != 0)
+		goto out;
+	printf("%s %s\n", sg_decision_kind_name(d.kind), d.cluster_id);
+	rc = 0;
+out:
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+	sg_snapshot_free(snap);
+	return rc;
+}
+EOF
+	export PKG_CONFIG_PATH="$TMP/root/lib/pkgconfig"
+	run -0 pkg-config --cflags --libs stargate
+	# The sanitizer build's library needs the sanitizer runtime in the program.
+	san=""
+	case "$O" in *san*) san="-fsanitize=address,undefined" ;; esac
+	run -0 cc -std=c11 $san -o "$TMP/use" "$TMP/use.c" $(pkg-config --cflags --libs stargate)
+	export LD_LIBRARY_PATH="$TMP/root/lib"
+	run -0 "$TMP/use"
+	[ "$output" = "select A" ]
+}
+
+@test "the decision library has no global mutable state (no .data or .bss objects)" {
+	found=""
+	for f in "$O"/libstargate/*.o; do
+		found+=$(objdump -t "$f" | awk -v f="${f##*/}" \
+		    '$0 ~ / (\.data|\.bss)([ \t]|$)/ && $NF !~ /^\./ {print f": "$NF}')
+	done
+	[ -z "$found" ] || { echo "mutable globals: $found"; false; }
+}
+
+@test "the store's only process-global state is its documented one-open-per-directory registry" {
+	found=""
+	for f in "$O"/store/*.o; do
+		found+=$(objdump -t "$f" | awk '$0 ~ / (\.data|\.bss)([ \t]|$)/ && $NF !~ /^\./ {print $NF}')
+	done
+	found=$(echo $found)
+	[ "$found" = "reg_mu reg_head" ] || [ "$found" = "reg_head reg_mu" ] || [ -z "$found" ] ||
+	    { echo "unexpected globals: $found"; false; }
+}
+
+@test "the library never prints, exits, aborts or reads the environment" {
+	run -1 grep -nE '\b(printf|fprintf|puts|perror|exit|_exit|abort|getenv|secure_getenv)[[:space:]]*\(' \
+	    "$TOP"/libstargate/*.c "$TOP"/store/*.c
+}
