@@ -595,6 +595,47 @@ EOF
 	[ "$(j .generation)" -ge "$compactions" ]
 }
 
+@test "compaction under load: three writers and two compactors at once lose nothing" {
+	# Regression: a process opening the store during a swap once
+	# committed into the replaced file and rolled another writer back.
+	"$LC" -d "$D" put "$(hexkey 999999999)" seed
+	pids=()
+	for w in 0 1 2; do
+		awk -v a=$((w * 100000)) -v b=$((w * 100000 + 20000)) 'BEGIN {
+			for (i = a; i < b; i++) {
+				printf "{\"key\":\"lc:v1:%064x\",\"cluster_id\":\"v-%08x\"}\n", i, i
+				if (i % 2000 == 1999) { fflush(); system("sleep 0.01") }
+			} }' | "$LC" -d "$D" --max-entries 1000000 load --progress \
+		    >"$T/p$w" 2>"$T/e$w" 3>&- &
+		pids+=($!)
+		PIDS+=($!)
+	done
+	for c in 0 1; do
+		(for ((i = 0; i < 2000; i++)); do
+			[ -e "$T/stop" ] && break
+			"$LC" -d "$D" --max-entries 1000000 compact >/dev/null ||
+			    echo "compact failed" >>"$T/cerr"
+		done) 3>&- &
+		PIDS+=($!)
+	done
+	for p in "${pids[@]}"; do
+		wait "$p"		# every writer exits 0
+	done
+	touch "$T/stop"
+	wait
+	[ ! -s "$T/cerr" ]
+	for w in 0 1 2; do
+		[ "$(last_committed "$T/p$w")" = 20000 ]
+	done
+	"$LC" -d "$D" --max-entries 1000000 dump | jq -r 'select(.cluster_id !=
+	    "seed") | .key + " " + .cluster_id' | sort >"$T/have"
+	{ keys 0 20000; keys 100000 120000; keys 200000 220000; } |
+	    awk '{ print $0 " v-" substr($0, length($0) - 7) }' | sort >"$T/want"
+	cmp "$T/have" "$T/want"
+	run -0 --separate-stderr "$LC" -d "$D" stats
+	[ "$(j .generation)" -ge 2 ]
+}
+
 # --- several processes, crashes -------------------------------------------------------------------
 
 @test "two processes: a write by one is visible to a lookup by the other" {
