@@ -113,8 +113,13 @@ typedef struct sgi_scratch {
 	size_t		*idx2;
 	size_t		*order;		/* affinity order / ranking */
 	double		*d1, *d2, *d3;	/* per-candidate estimates */
-	uint64_t	*ring_hash;	/* ring entries */
-	uint32_t	*ring_idx;
+	uint64_t	*ring_hash;	/* ring entries, sorted */
+	uint32_t	*ring_idx;	/* candidate of each entry */
+	/* What the cached ring was built for (sg_waw.c). */
+	bool		 ring_valid;
+	uint64_t	 ring_fp;	/* fingerprint of ids, seed, rk, model, V */
+	size_t		 ring_len;	/* entries */
+	size_t		 ring_n;	/* candidates */
 	/* round-robin counters live in the router */
 } sgi_scratch;
 

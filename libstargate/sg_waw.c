@@ -21,10 +21,9 @@
  * order.  new and stale sessions run with X' = 0 and s' = 1.0.
  *
  * The consistent-hash ring (V virtual nodes per candidate, sorted by
- * (hash, cluster_id, index)) is cached in the router's scratch: the ring
- * arrays carry RING_META trailing words that hold the identity of the ring
- * they contain (a fingerprint of the hash prefix, V and the ordered
- * candidate ids).  A hit costs one pass over the ids plus a binary search;
+ * (hash, cluster_id, index)) is cached in the router's scratch together
+ * with the identity of the ring it holds (a fingerprint of the hash prefix,
+ * V and the ordered candidate ids, plus its sizes).  A hit costs one pass over the ids plus a binary search;
  * a miss hashes n * V entries and sorts them.  A ring too large for the
  * cache (huge V) is never materialised: the group is then computed in one
  * pass by the rotated-distance rule (an entry's position in the walk from
@@ -41,11 +40,6 @@
 
 #include "sg_internal.h"
 
-/*
- * Ring-cache header after ring_hash[ring_cap]: valid flag, fingerprint,
- * entries, candidates.
- */
-#define RING_META	4
 #define RING_MAX	((size_t)1 << 20) /* entries worth caching (12 MiB) */
 
 enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
@@ -135,7 +129,7 @@ grow(void **p, size_t n, size_t size)
 
 /*
  * Grow the per-candidate arrays to n and the ring arrays to ring_entries
- * (plus the ring-cache header, reset); rings larger than RING_MAX are never
+ * (a grown ring cache is invalid until rebuilt); rings larger than RING_MAX are never
  * cached, so they reserve nothing.  Capacities change only when every
  * array of the group has grown, so a failure leaves a usable scratch.
  */
@@ -164,12 +158,11 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
 		cap = s->ring_cap != 0 ? s->ring_cap : 64;
 		while (cap < ring_entries)
 			cap *= 2;
-		if (grow((void **)&s->ring_hash, cap + RING_META,
-		    sizeof(uint64_t)) != 0 ||
+		if (grow((void **)&s->ring_hash, cap, sizeof(uint64_t)) != 0 ||
 		    grow((void **)&s->ring_idx, cap, sizeof(uint32_t)) != 0)
 			return SG_ENOMEM;
 		s->ring_cap = cap;
-		memset(&s->ring_hash[cap], 0, RING_META * sizeof(uint64_t));
+		s->ring_valid = false;
 	}
 	return 0;
 }
@@ -610,7 +603,7 @@ affinity_group(struct waw *w, size_t *group)
 	uint64_t V = w->d->virtual_nodes > 0 ? w->d->virtual_nodes : 1;
 	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, got;
 	sgi_hashbuf prefix;
-	uint64_t kh, fp, *meta;
+	uint64_t kh, fp;
 	double *mark = s->d1;
 
 	if (m > n)
@@ -624,14 +617,13 @@ affinity_group(struct waw *w, size_t *group)
 		return group_uncached(w, &prefix, kh, V, m, group);
 
 	entries = (size_t)(n * V);
-	meta = &s->ring_hash[s->ring_cap];
 	fp = ring_fingerprint(w, &prefix, V);
-	if (!(meta[0] == 1 && meta[1] == fp && meta[2] == entries &&
-	    meta[3] == n)) {
+	if (!(s->ring_valid && s->ring_fp == fp && s->ring_len == entries &&
+	    s->ring_n == n)) {
 		size_t k = 0;
 		uint64_t v;
 
-		meta[0] = 0;
+		s->ring_valid = false;
 		for (i = 0; i < n; i++) {
 			const sg_cluster *c = cl(w, i);
 
@@ -642,10 +634,10 @@ affinity_group(struct waw *w, size_t *group)
 			}
 		}
 		ring_sort(w, s->ring_hash, s->ring_idx, entries);
-		meta[0] = 1;
-		meta[1] = fp;
-		meta[2] = entries;
-		meta[3] = n;
+		s->ring_valid = true;
+		s->ring_fp = fp;
+		s->ring_len = entries;
+		s->ring_n = n;
 	}
 
 	/* first entry with hash >= kh, wrapping to 0 */
