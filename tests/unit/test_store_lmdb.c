@@ -719,6 +719,66 @@ test_write_by_one_process_visible_to_another(void **state)
 	close(down[1]);
 }
 
+/*
+ * The parent grows the map far beyond the size the child mapped; the
+ * child (MDB_MAP_RESIZED) adopts it, reads the new entries and writes.
+ */
+static void
+test_map_grown_by_another_process_is_adopted(void **state)
+{
+	struct fx *f = *state;
+	int up[2], down[2], i;
+	sg_store_entry e;
+	char c;
+	pid_t pid;
+
+	f->o.clock = NULL;
+	f->o.map_size = 256 << 10;
+	fx_open(f);
+	put_i(f->s, 0, "small");
+	flush_ok(f->s);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	if ((pid = fork()) == 0) {
+		sg_store_opts o;
+		sg_store_stats st;
+		sg_store *s = NULL;
+
+		sg_store_opts_init(&o);
+		o.path = f->dir;
+		o.map_size = 256 << 10;
+		if (sg_store_open(&s, &o, NULL) != 0 || get_i(s, 0, &e) != 0)
+			_exit(90);
+		if (write(up[1], "o", 1) != 1 || read(down[0], &c, 1) != 1)
+			_exit(91);
+		if (get_i(s, 19999, &e) != 0 ||
+		    strcmp(e.cluster_id, "cluster-with-a-longer-name") != 0)
+			_exit(92);
+		for (i = 30000; i < 31000; i++)
+			put_i(s, i, "from-child");
+		if (sg_store_flush(s, NULL) != 0)
+			_exit(93);
+		if (sg_store_stats_get(s, &st, NULL) != 0 ||
+		    st.map_size <= (256 << 10))
+			_exit(94);
+		sg_store_close(s);
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	for (i = 1; i < 20000; i++)
+		put_i(f->s, i, "cluster-with-a-longer-name");
+	flush_ok(f->s);
+	assert_int_equal(write(down[1], "g", 1), 1);
+	wait_child_ok(pid);
+	assert_int_equal(get_i(f->s, 30999, &e), 0);
+	assert_string_equal(e.cluster_id, "from-child");
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
 /* --- compaction ---------------------------------------------------------------- */
 
 static void
@@ -929,6 +989,7 @@ main(void)
 		T(test_second_open_in_one_process_is_ebusy),
 		T(test_missing_store_without_create_is_enoent),
 		T(test_write_by_one_process_visible_to_another),
+		T(test_map_grown_by_another_process_is_adopted),
 		T(test_compact_drops_expired_and_shrinks_file),
 		T(test_compact_enforces_capacity),
 		T(test_compact_while_another_process_writes_loses_nothing),
