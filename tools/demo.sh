@@ -14,12 +14,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 O=${O:-build}
 ROUTE=$O/bin/sg-route
+CLASSIFY=$O/bin/sg-classify
+LASTCLUSTER=$O/bin/sg-lastcluster
+SIM=$O/bin/sg-sim
 D=tools/demo
 
-if [ ! -x "$ROUTE" ]; then
-	echo "demo: $ROUTE is not built; run make first" >&2
-	exit 1
-fi
+for p in "$ROUTE" "$CLASSIFY" "$LASTCLUSTER" "$SIM"; do
+	if [ ! -x "$p" ]; then
+		echo "demo: $p is not built; run make first" >&2
+		exit 1
+	fi
+done
 command -v jq >/dev/null || { echo "demo: needs jq" >&2; exit 1; }
 
 FLAG_ON=$D/lb-config.json
@@ -178,8 +183,53 @@ echo
 say "The discount s applies inside the affinity group only: us-west prefills \
 2400 tokens at 10% (12 ms) because its cache is warm."
 
+act "7. The gateway's memory: the last cluster of each session"
+say "The gateway stage turns an OpenAI request into a session identity, and \
+remembers which cluster served the session's last turn in the last-cluster \
+store (LMDB, shared by every proxy process on the host), keyed by a hash: \
+raw keys never reach the store."
+CHAT=$D/chat-turn.json
+cmd "sg-classify $CHAT"
+"$CLASSIFY" "$CHAT" | jq -r '"    source \(.source) (eligible: \(.eligible)), routing key \(.routing_key), model \(.model)",
+  "    cache affinity key \(.cache_affinity_key[0:30])...",
+  "    store key          \(.store_key[0:30])...",
+  "    input tokens (estimate) \(.input_tokens)"'
+STORE=$(mktemp -d)
+trap 'rm -rf "$STORE"' EXIT
+key=$("$CLASSIFY" "$CHAT" | jq -r .store_key)
+say "The response to the first turn came from us-west (x-stargate-cluster-id), \
+so the gateway writes it; the next turn looks it up and sends it to the \
+router as the hint x-stargate-last-cluster-id:"
+cmd "sg-lastcluster -d \$STORE put \$(sg-classify $CHAT | jq -r .store_key) us-west"
+"$LASTCLUSTER" -d "$STORE" put "$key" us-west
+cmd "sg-lastcluster -d \$STORE get \$(sg-classify $CHAT | jq -r .store_key)"
+printf '    %s\n' "$("$LASTCLUSTER" -d "$STORE" get "$key")"
+cmd "sg-lastcluster -d \$STORE stats | jq -c '{entries, ttl_ms, max_entries}'"
+printf '    %s\n' "$("$LASTCLUSTER" -d "$STORE" stats | jq -c '{entries, ttl_ms, max_entries}')"
+say "Entries expire after the TTL (10 minutes by default); cron or a systemd \
+timer runs sg-lastcluster compact (tools/deploy/)."
+
+act "8. What it buys: a simulated cache-thrash episode"
+say "sg-sim drives the same algorithms in virtual time against clusters with \
+a KV-cache model.  In the cache-thrash scenario the rank-1 cluster of many \
+sessions is saturated by other traffic for a while, then drains.  left_last \
+is the share of returning requests that left their last cluster:"
+cmd "sg-sim tools/sim/scenarios/cache-thrash.json"
+"$SIM" tools/sim/scenarios/cache-thrash.json | sed 's/^/  /'
+echo
+"$SIM" --json tools/sim/scenarios/cache-thrash.json | jq -r '
+  def pct: . * 1000 | round / 10 | tostring + "%";
+  .rows as $r
+  | ["wait-and-widen", "pulsar-wait-and-widen"][] as $a
+  | ($r[] | select(.algorithm == $a and .last_cluster_affinity == false)) as $off
+  | ($r[] | select(.algorithm == $a and .last_cluster_affinity == true)) as $on
+  | "  \($a): left their last cluster \($off.left_last_cluster_share | pct) -> \($on.left_last_cluster_share | pct), KV reuse \($off.kv_reuse | pct) -> \($on.kv_reuse | pct), TTFT p99 \($off.ttft_p99_ms | round) -> \($on.ttft_p99_ms | round) ms"'
+echo
+say "With last_cluster_affinity on, returning sessions stay with their KV \
+cache."
+
 act "Try it"
-say "Every step above is one sg-route call over files in tools/demo/; see \
-sg-route(1) and README.md.  For example:"
+say "Every step above is one program call over files in tools/demo/ (see \
+sg-route(1), sg-classify(1), sg-lastcluster(1), sg-sim(1) and README.md).  For example:"
 cmd "$ROUTE -c $FLAG_ON -s $D/fleet-east-full.json --explain $D/session-first.json | jq .explain"
 echo

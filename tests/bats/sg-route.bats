@@ -678,16 +678,6 @@ random_stream() {
 	grep -qxF "    $got" "$root/README.md"
 }
 
-@test "the demo (make demo) runs to the end and shows new and returning placements" {
-	root=$BATS_TEST_DIRNAME/../..
-	run -0 --separate-stderr env O="${BIN%/bin}" "$root/tools/demo.sh"
-	[[ $output == *"select us-west"*"[new, fallback]"* ]]
-	[[ $output == *"[returning, promoted, primary]"* ]]
-	[[ $output == *"pulsar-wait-and-widen  flag on   10 to us-west"* ]]
-	[[ $output == *"pulsar-wait-and-widen  flag off  10 to us-east"* ]]
-	[ -z "$stderr" ]
-}
-
 @test "--until-decided: max_wait_ms shorter than X ends the wait with a 503 (exit 2)" {
 	req=$(jq -c '.max_wait_ms = 200' "$F/req-returning-b.json")
 	run -2 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-flag.json" -s "$F/ab-bfull.json" --until-decided <<<"$req"
