@@ -69,7 +69,8 @@ usage(int status)
 	    "  -d, --dir dir        store directory ($STARGATE_LAST_CLUSTER_STORE,\n"
 	    "                       else " SG_STORE_DEFAULT_PATH ")\n"
 	    "  --ttl dur            entry TTL ($STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
-	    "  --max-entries n      capacity ($STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES,\n"
+	    "  --max-entries n      capacity "
+	    "($STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES,\n"
 	    "                       else 100000)\n"
 	    "  --map-size bytes     initial LMDB map size (64m, grows)\n"
 	    "  --max-readers n      LMDB reader slots (126)\n"
@@ -134,7 +135,7 @@ fail(int rc, enum phase ph, const sg_error *e, const char *what)
 	return exit_for(rc, ph);
 }
 
-/* --- option values ---------------------------------------------------------- */
+/* --- option values ------------------------------------------------------- */
 
 static int
 parse_ttl(const char *s, uint64_t *ms)
@@ -598,7 +599,7 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 	return finish(status);
 }
 
-/* --- main -------------------------------------------------------------------- */
+/* --- main ---------------------------------------------------------------- */
 
 static int
 env_opts(sg_store_opts *o)

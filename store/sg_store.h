@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-/* --- keys ------------------------------------------------------------------ */
+/* --- keys ---------------------------------------------------------------- */
 
 /* "lc:v1:" + 64 hex digits. */
 #define SG_LC_KEY_PREFIX	"lc:v1:"
@@ -65,7 +65,7 @@ bool	sg_lc_key_valid(const char *key, size_t len);
 /* True if id[0..len) is a valid cluster id: 1..256 bytes, each 0x20..0x7e. */
 bool	sg_lc_cluster_id_valid(const char *id, size_t len);
 
-/* --- the store ------------------------------------------------------------- */
+/* --- the store ----------------------------------------------------------- */
 
 typedef struct sg_store sg_store;
 
@@ -172,7 +172,8 @@ int	sg_store_put(sg_store *s, const char *key, size_t key_len,
 int	sg_store_put_at(sg_store *s, const char *key, size_t key_len,
 	    const char *id, size_t id_len, uint64_t written_ms, sg_error *err);
 
-/* Queue a deletion of key (absent is not an error). Returns as sg_store_put(). */
+/* Queue a deletion of key (absent is not an error); returns as
+ * sg_store_put(). */
 int	sg_store_del(sg_store *s, const char *key, size_t key_len, sg_error *err);
 
 /*

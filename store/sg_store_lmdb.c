@@ -15,11 +15,12 @@
  * Writes.  sg_store_put() copies the operation into a queue under a mutex
  * and returns; one store thread per handle takes everything queued and
  * applies it in write transactions of at most batch_max operations (group
- * commit: the more writes wait, the fewer pages and fsyncs per write).  The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a
- * committed transaction is in the page cache, so a killed process loses
- * nothing it committed and the file is never corrupt; the store thread
- * fsyncs every sync_interval_ms, so an operating-system crash loses at most
- * that interval.  With the sync option every commit is durable instead.
+ * commit: the more writes wait, the fewer pages and fsyncs per write).
+ * The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a committed
+ * transaction is in the page cache, so a killed process loses nothing it
+ * committed and the file is never corrupt; the store thread fsyncs every
+ * sync_interval_ms, so an operating-system crash loses at most that
+ * interval.  With the sync option every commit is durable instead.
  *
  * Reads.  A lookup is one read transaction: a cached MDB_txn (MDB_NOTLS, so
  * any thread may use it) is renewed, read and reset; a second concurrent
@@ -27,10 +28,9 @@
  * store thread: when the environment must be reopened (after a swap) or
  * its map adopted and s->rw is busy, the store thread is asked to do it
  * (MAINT_*) and the lookup reads the old file or returns EAGAIN.  Lookups
- * never write: an
- * expired entry found by a lookup is reported as a miss and a deletion is
- * queued for the store thread, which deletes it only if it is still the
- * same, still expired, entry.
+ * never write: an expired entry found by a lookup is reported as a miss
+ * and a deletion is queued for the store thread, which deletes it only if
+ * it is still the same, still expired, entry.
  *
  * Map size.  MDB_MAP_FULL aborts the transaction; the store thread doubles
  * the map (up to map_size_max) and replays the batch; at the maximum the
@@ -181,7 +181,7 @@ struct lstore {
 	uint64_t	 last_sync, last_check;	/* monotonic ms */
 };
 
-/* --- small helpers --------------------------------------------------------- */
+/* --- small helpers ------------------------------------------------------- */
 
 static int
 mdb_to_sg(int rc)
@@ -279,7 +279,7 @@ gen_load(const struct lstore *s)
 	return __atomic_load_n(s->genp, __ATOMIC_ACQUIRE);
 }
 
-/* --- one open per directory per process ------------------------------------ */
+/* --- one open per directory per process ---------------------------------- */
 
 /*
  * LMDB's locks are POSIX record locks: closing one descriptor of lock.mdb
@@ -339,7 +339,7 @@ reg_del(dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&reg_mu);
 }
 
-/* --- files ------------------------------------------------------------------ */
+/* --- files --------------------------------------------------------------- */
 
 /* mkdir -p: parents 0755, the store directory itself 0750. */
 static int
@@ -421,7 +421,7 @@ gen_open(struct lstore *s, sg_error *err)
 	return 0;
 }
 
-/* --- the environment --------------------------------------------------------- */
+/* --- the environment ----------------------------------------------------- */
 
 /* Drop the cached read transaction (env write-locked, or closing). */
 static void
@@ -826,7 +826,7 @@ write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
 	return sg_seterr(err, SG_ESTORE, "write transaction: too many retries");
 }
 
-/* --- entries inside a write transaction ------------------------------------ */
+/* --- entries inside a write transaction ---------------------------------- */
 
 static int
 meta_get_u64(struct lstore *s, MDB_txn *txn, const char *name, uint64_t *v)
@@ -1063,7 +1063,7 @@ pad_fn(struct lstore *s, MDB_txn *txn, void *arg)
 	return meta_put_u64(s, txn, "pad", mdb_txn_id(txn));
 }
 
-/* --- the store thread -------------------------------------------------------- */
+/* --- the store thread ---------------------------------------------------- */
 
 static void
 process(struct lstore *s, const struct op *ops, size_t n)
@@ -1266,7 +1266,7 @@ out:
 	return rc;
 }
 
-/* --- compaction -------------------------------------------------------------- */
+/* --- compaction ---------------------------------------------------------- */
 
 static uint64_t
 file_size(const char *path)
@@ -1433,7 +1433,7 @@ do_compact(struct lstore *s, sg_store_compact_result *r, sg_error *err)
 	return 0;
 }
 
-/* --- the backend operations ------------------------------------------------- */
+/* --- the backend operations ---------------------------------------------- */
 
 static int
 lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)

@@ -110,7 +110,7 @@ last_committed() {
 	echo "${n:-0}"
 }
 
-# --- usage, help, version ------------------------------------------------------
+# --- usage, help, version ---------------------------------------------------
 
 @test "--help prints usage on stdout and exits 0" {
 	run -0 --separate-stderr "$LC" --help
@@ -175,7 +175,7 @@ last_committed() {
 	run -64 --separate-stderr "$LC" -d "" stats
 }
 
-# --- environment -------------------------------------------------------------------
+# --- environment ------------------------------------------------------------
 
 @test "STARGATE_LAST_CLUSTER_STORE names the store; -d wins over it" {
 	k=$(hexkey 1)
@@ -224,7 +224,7 @@ last_committed() {
 	[[ $stderr == *Redis* ]]
 }
 
-# --- key ------------------------------------------------------------------------------
+# --- key --------------------------------------------------------------------
 
 @test "key is lc:v1: + sha256 of the length-prefixed fields (checked with sha256sum)" {
 	run -0 --separate-stderr "$LC" key fn-123 llama-3-70b conv-42
@@ -237,7 +237,7 @@ last_committed() {
 	[ "$("$LC" key ab c x)" != "$("$LC" key a bc x)" ]
 }
 
-# --- get, put ---------------------------------------------------------------------------
+# --- get, put ---------------------------------------------------------------
 
 @test "put then get prints the cluster id and exits 0" {
 	k=$(hexkey 7)
@@ -329,7 +329,7 @@ last_committed() {
 	[ "$output" = c1 ]
 }
 
-# --- missing or unusable stores ---------------------------------------------------------
+# --- missing or unusable stores ---------------------------------------------
 
 @test "read commands on a missing store exit 66 and create nothing" {
 	k=$(hexkey 1)
@@ -396,7 +396,7 @@ last_committed() {
 	run -74 --separate-stderr sh -c "'$LC' key a b c >/dev/full"
 }
 
-# --- del, list, stats, dump, load ---------------------------------------------------------
+# --- del, list, stats, dump, load -------------------------------------------
 
 @test "del removes an entry (0), a second del finds nothing (1)" {
 	records 0 2 | "$LC" -d "$D" load >/dev/null
@@ -495,7 +495,7 @@ EOF
 	done
 }
 
-# --- map size ---------------------------------------------------------------------------------
+# --- map size ---------------------------------------------------------------
 
 @test "a full map is grown: --map-size 64k holds 20000 entries" {
 	run -0 --separate-stderr "$LC" -d "$D" --map-size 64k load < <(records 0 20000)
@@ -506,7 +506,7 @@ EOF
 	[ "$output" = v-00004e1f ]
 }
 
-# --- capacity ------------------------------------------------------------------------------------
+# --- capacity ---------------------------------------------------------------
 
 @test "capacity: 150000 writes with --max-entries 100000 keep exactly the 100000 most recent" {
 	run -0 --separate-stderr "$LC" -d "$D" --max-entries 100000 load \
@@ -518,7 +518,7 @@ EOF
 	cmp "$T/have" "$T/want"
 }
 
-# --- compaction ---------------------------------------------------------------------------------
+# --- compaction -------------------------------------------------------------
 
 @test "compact drops expired entries, prints what it did, and the file shrinks" {
 	old=$(($(now_ms) - 300000))	# 5 minutes ago: alive at the default TTL
@@ -636,7 +636,7 @@ EOF
 	[ "$(j .generation)" -ge 2 ]
 }
 
-# --- several processes, crashes -------------------------------------------------------------------
+# --- several processes, crashes ---------------------------------------------
 
 @test "two processes: a write by one is visible to a lookup by the other" {
 	"$LC" -d "$D" put "$(hexkey 1)" c1
@@ -727,7 +727,7 @@ start_reader() {
 	exec 5>&- 6>&-
 }
 
-# --- privacy -----------------------------------------------------------------------------------------
+# --- privacy ----------------------------------------------------------------
 
 @test "raw routing keys, models and affinity keys never reach the store files" {
 	k=$("$LC" key RAWROUTINGKEY-7f3a RAWMODEL-9c1d RAWAFFINITY-5e2b)
@@ -748,7 +748,7 @@ start_reader() {
 	done
 }
 
-# --- deployment files --------------------------------------------------------------------------------
+# --- deployment files -------------------------------------------------------
 
 @test "deploy: the timer, the service and the cron line run compact every 5 minutes" {
 	DEP=$BATS_TEST_DIRNAME/../../tools/deploy

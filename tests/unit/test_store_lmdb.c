@@ -188,7 +188,7 @@ release_thread(struct fx *f)
 	pthread_mutex_unlock(&f->mu);
 }
 
-/* --- basic ------------------------------------------------------------------- */
+/* --- basic --------------------------------------------------------------- */
 
 static void
 test_put_then_lookup_hits_with_write_time(void **state)
@@ -247,7 +247,7 @@ test_del_removes_entry(void **state)
 	flush_ok(f->s);
 }
 
-/* --- TTL ----------------------------------------------------------------------- */
+/* --- TTL ----------------------------------------------------------------- */
 
 static void
 test_ttl_expired_entry_is_a_miss_and_deleted(void **state)
@@ -336,7 +336,7 @@ test_expiry_deletion_spares_a_newer_write(void **state)
 	assert_string_equal(e.cluster_id, "new");
 }
 
-/* --- capacity ------------------------------------------------------------------ */
+/* --- capacity ------------------------------------------------------------ */
 
 static void
 test_capacity_evicts_least_recently_written(void **state)
@@ -384,7 +384,7 @@ test_capacity_same_millisecond_keeps_commit_order(void **state)
 		assert_int_equal(get_i(f->s, i, &e), i < 150 ? SG_ENOTFOUND : 0);
 }
 
-/* --- group commit, queue ------------------------------------------------------- */
+/* --- group commit, queue ------------------------------------------------- */
 
 static void
 test_group_commit_puts_many_writes_in_one_transaction(void **state)
@@ -455,7 +455,7 @@ test_sync_option_commits_durably(void **state)
 		assert_int_equal(get_i(f->s, i, &e), 0);
 }
 
-/* --- map size ------------------------------------------------------------------ */
+/* --- map size ------------------------------------------------------------ */
 
 static void
 test_map_full_grows_the_map(void **state)
@@ -513,7 +513,7 @@ test_map_full_at_maximum_is_an_error_value(void **state)
 	assert_int_equal(sg_store_flush(f->s, NULL), 0);
 }
 
-/* --- iteration and stats ------------------------------------------------------- */
+/* --- iteration and stats ------------------------------------------------- */
 
 struct collect {
 	int		n;
@@ -615,7 +615,7 @@ test_put_at_keeps_the_given_write_time(void **state)
 	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
 }
 
-/* --- opening ------------------------------------------------------------------- */
+/* --- opening ------------------------------------------------------------- */
 
 static void
 test_second_open_in_one_process_is_ebusy(void **state)
@@ -648,7 +648,7 @@ test_missing_store_without_create_is_enoent(void **state)
 	f->o.path = f->dir;
 }
 
-/* --- several processes --------------------------------------------------------- */
+/* --- several processes --------------------------------------------------- */
 
 /* Child side: open the store with the real clock. */
 static sg_store *
@@ -779,7 +779,7 @@ test_map_grown_by_another_process_is_adopted(void **state)
 	close(down[1]);
 }
 
-/* --- compaction ---------------------------------------------------------------- */
+/* --- compaction ---------------------------------------------------------- */
 
 static void
 test_compact_drops_expired_and_shrinks_file(void **state)

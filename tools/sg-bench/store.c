@@ -249,7 +249,7 @@ copy_env(const char *dir, const char *to)
 	return rc;
 }
 
-/* --- lookups -------------------------------------------------------------- */
+/* --- lookups ------------------------------------------------------------- */
 
 #define CHUNK	500	/* lookups per turn when interleaving */
 
@@ -402,7 +402,7 @@ out:
 	return rc;
 }
 
-/* --- raw durable writes ---------------------------------------------------- */
+/* --- raw durable writes -------------------------------------------------- */
 
 /* 1000 mdb_put per durable transaction, random 32-byte keys. */
 static int
@@ -463,7 +463,7 @@ out:
 	return rc;
 }
 
-/* --- redis ------------------------------------------------------------------ */
+/* --- redis --------------------------------------------------------------- */
 
 static int
 free_port(void)
@@ -577,7 +577,7 @@ redis_bench(redisContext *c, char (*keys)[SG_LC_KEY_LEN + 1], uint64_t n,
 	return 0;
 }
 
-/* --- report ----------------------------------------------------------------- */
+/* --- report -------------------------------------------------------------- */
 
 static void
 machine(void)
@@ -641,8 +641,8 @@ bench_store_main(int argc, char *argv[])
 	uint32_t *order = NULL, *ns = NULL, *ns2 = NULL;
 	char base[] = "/tmp/sg-bench-store-XXXXXX", path[512], rawpath[512];
 	double l_ours50[MAXRUNS], l_ours99[MAXRUNS], l_raw50[MAXRUNS],
-	    l_raw99[MAXRUNS], l_ratio[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS], s_rate[MAXRUNS],
-	    s_raw[MAXRUNS], cv[8];
+	    l_raw99[MAXRUNS], l_ratio[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS],
+	    s_rate[MAXRUNS], s_raw[MAXRUNS], cv[8];
 	struct redis_res rr;
 	bool have_redis = false;
 	uint64_t total, i, seed = 7;
