@@ -53,7 +53,12 @@ UNITSRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNITSRC:tests/unit/%.c=$(O)/tests/%)
 MANPAGES := $(sort $(wildcard man/*.[1-8]))
 
-all: depcheck $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(TOOLS)
+# depcheck may install packages, so the build itself runs in a fresh make
+# that reads pkg-config's answers after the install.
+all: depcheck
+	@$(MAKE) --no-print-directory build
+
+build: $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(TOOLS)
 
 # --- dependencies ---------------------------------------------------------
 # Say which Debian packages are missing; install them when we are root and
@@ -77,9 +82,7 @@ deps:
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PKGS)
 
-# depcheck may install packages, so pkg-config answers must be re-read after
-# it: the recursive make below starts with them present.
-.PHONY: all depcheck deps test check unit bats lint demo install uninstall clean bench
+.PHONY: all build depcheck deps test check units lint demo install uninstall clean bench
 
 # --- library --------------------------------------------------------------
 $(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) Makefile
@@ -122,7 +125,7 @@ SAN = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poi
 
 # `make test`: the whole suite on a sanitizer build, then one summary line.
 test check: depcheck
-	@$(MAKE) --no-print-directory O=build/san SANITIZE='$(SAN)' all units
+	@$(MAKE) --no-print-directory O=build/san SANITIZE='$(SAN)' build units
 	@O=build/san tests/run
 
 units: $(UNITS)
@@ -138,7 +141,7 @@ demo: all
 	@O=$(O) tools/demo.sh
 
 # --- install --------------------------------------------------------------
-install: all
+install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	    $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(MANDIR)/man8
