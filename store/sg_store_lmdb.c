@@ -1375,13 +1375,15 @@ compact_swap(struct lstore *s, uint64_t *generation, sg_error *err)
 		rc = lerr(err, rc, "compacting copy");
 		goto out_unlink;
 	}
-	if (fsync(fd) != 0 || close(fd) != 0) {
-		fd = -1;
-		rc = sg_seterr(err, errno, "cannot write '%s': %s",
-		    s->tmppath, strerror(errno));
+	rc = fsync(fd) != 0 ? errno : 0;
+	if (close(fd) != 0 && rc == 0)
+		rc = errno;
+	fd = -1;
+	if (rc != 0) {
+		rc = sg_seterr(err, rc, "cannot write '%s': %s", s->tmppath,
+		    strerror(rc));
 		goto out_unlink;
 	}
-	fd = -1;
 	if ((rc = verify_copy(s, last, ms.ms_entries, err)) != 0)
 		goto out_unlink;
 	if (rename(s->tmppath, s->datapath) != 0) {
