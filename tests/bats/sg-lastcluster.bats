@@ -574,7 +574,7 @@ EOF
 	done
 	wait "$wpid"			# the writer exits 0
 	wait "$rpid"			# so does the reader
-	echo "compactions: $compactions" >&3
+	echo "# compactions: $compactions" >&3
 	[ "$compactions" -ge 3 ]
 	[ "$(last_committed "$T/prog")" = $N ]
 	[ ! -s "$T/werr" ] && [ ! -s "$T/rerr" ]
@@ -674,7 +674,7 @@ EOF
 	kill -9 "$wpid"
 	wait "$wpid" || true
 	K=$(last_committed "$T/prog")
-	echo "killed after $K committed" >&3
+	echo "# killed after $K committed" >&3
 	[ "$K" -ge 3000 ] && [ "$K" -lt 100000 ]	# really mid-stream
 	# The store opens and walks cleanly.
 	run -0 --separate-stderr mdb_stat -a "$D"
