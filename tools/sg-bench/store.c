@@ -806,8 +806,12 @@ bench_store_main(int argc, char *argv[])
 			if (colon != NULL && (size_t)(colon - o.redis) <
 			    sizeof(host)) {
 				memcpy(host, o.redis, (size_t)(colon - o.redis));
+				uint64_t v;
+
 				host[colon - o.redis] = '\0';
-				port = atoi(colon + 1);
+				if (sg_parse_u64(colon + 1, strlen(colon + 1),
+				    65535, &v) == 0 && v > 0)
+					port = (int)v;
 			}
 		} else if ((port = free_port()) > 0)
 			rpid = redis_start(port);
