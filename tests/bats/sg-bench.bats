@@ -1,0 +1,74 @@
+#!/usr/bin/env bats
+# sg-bench.bats — the benchmark program: modes, options, output shapes and
+# errors.  Sizes are tiny: these tests check behaviour, never speed.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	TOP=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+	SG_BINDIR=${SG_BINDIR:-$TOP/build/san/bin}
+	BENCH=$SG_BINDIR/sg-bench
+	TMP=$(mktemp -d)
+}
+
+teardown() {
+	rm -rf "$TMP"
+}
+
+@test "--help prints usage on stdout and exits 0" {
+	run -0 --separate-stderr "$BENCH" --help
+	[[ $output == usage:* ]]
+	[ -z "$stderr" ]
+}
+
+@test "--version prints 'sg-bench 0.1.0'" {
+	run -0 "$BENCH" --version
+	[ "$output" = "sg-bench 0.1.0" ]
+}
+
+@test "no mode, or an unknown mode, is a usage error (64)" {
+	run -64 --separate-stderr "$BENCH"
+	[[ $stderr == *usage:* ]]
+	run -64 --separate-stderr "$BENCH" sideways
+	[[ $stderr == *"sg-bench: unknown mode 'sideways'"* ]]
+}
+
+@test "decide: a bad option value is a usage error (64)" {
+	run -64 --separate-stderr "$BENCH" decide --iterations lots
+	run -64 --separate-stderr "$BENCH" decide --scenario no-such-algorithm
+	run -64 --separate-stderr "$BENCH" decide --frobnicate
+}
+
+@test "decide: one row per algorithm and session scenario, with a CSV twin" {
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --candidates 8 --csv "$TMP/d.csv"
+	for s in random round-robin power-of-n wait-and-widen pulsar \
+	    pulsar-wait-and-widen waw-session-new waw-session-returning \
+	    pwaw-session-returning; do
+		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
+		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
+	done
+	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision'
+	# Every CSV row has as many fields as the header.
+	awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$TMP/d.csv"
+}
+
+@test "decide: --scenario and --candidates select the cells" {
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --candidates 8,64 --scenario pulsar --csv "$TMP/d.csv"
+	[ "$(grep -c '^pulsar,' "$TMP/d.csv")" -eq 2 ]
+	[ "$(wc -l < "$TMP/d.csv")" -eq 3 ]
+}
+
+@test "store: lookups, writes and the durable ratio on a small store, as JSON" {
+	run -0 --separate-stderr "$BENCH" store --entries 500 --lookups 500 \
+	    --writes 500 --sync-writes 500 --runs 1 --no-redis --dir "$TMP/s" --json
+	jq -e '.entries == 500 and .runs == 1
+	    and (.lookup.p50_ns > 0) and (.lookup.raw_p50_ns > 0)
+	    and (.write.per_s > 0) and (.sync.per_s > 0) and (.sync.raw_per_s > 0)' <<<"$output"
+}
+
+@test "store: a bad option value is a usage error (64)" {
+	run -64 --separate-stderr "$BENCH" store --entries -3
+	run -64 --separate-stderr "$BENCH" store --redis
+}
