@@ -1,6 +1,6 @@
 /*
- * test_util.c — sg_util.c and sg_error.c: strict numbers, durations,
- * booleans, UTF-8, trimming, hex, error records.
+ * test_util.c — sg_util.c: strict numbers, durations, booleans, UTF-8,
+ * trimming, hex.
  */
 #include "sg_test.h"
 
@@ -101,22 +101,6 @@ test_trim_and_hex(void **state)
 	assert_string_equal(hex, "00ab7f");
 }
 
-static void
-test_error_record(void **state)
-{
-	sg_error e;
-
-	(void)state;
-	assert_int_equal(sg_seterr(NULL, SG_EINVAL, "x"), SG_EINVAL);
-	assert_int_equal(sg_seterr_http(&e, SG_EREQUEST, 400, "unknown_method",
-	    "unknown routing method %s", "foo"), SG_EREQUEST);
-	assert_int_equal(e.status, 400);
-	assert_string_equal(e.code, "unknown_method");
-	assert_string_equal(e.text, "unknown routing method foo");
-	assert_string_equal(sg_strerror(SG_ENOTFOUND), "not found");
-	assert_string_equal(sg_strerror(ENOENT), strerror(ENOENT));
-}
-
 int
 main(void)
 {
@@ -126,7 +110,6 @@ main(void)
 		cmocka_unit_test(test_parse_bool_go_style),
 		cmocka_unit_test(test_utf8_validation),
 		cmocka_unit_test(test_trim_and_hex),
-		cmocka_unit_test(test_error_record),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
