@@ -9,112 +9,16 @@
  * "work queued on a cluster whose throughput is unknown" is +inf, and the
  * callers compare with sgi_total_cmp() so that +inf and NaN sort
  * deterministically.
+ *
+ * The per-candidate estimates (tps, proc, free slot, queue delay, prefill,
+ * TTFT, comparator TTFT, capacity, total-order compare) are static inline
+ * in sg_internal.h: the decision loops call them per candidate, and across
+ * translation units they would not be inlined.  This file keeps the rest.
  */
 #include <math.h>
 #include <string.h>
 
 #include "sg_internal.h"
-
-double
-sgi_tps(const sg_cluster *c)
-{
-	double t = c->last_mean_input_tps;
-
-	return (t > 0 && isfinite(t)) ? t : 0;
-}
-
-double
-sgi_proc(double work, double rate)
-{
-	if (work == 0)
-		return 0;
-	if (!(rate > 0))
-		return INFINITY;
-	return work / rate;
-}
-
-bool
-sgi_free_slot(const sg_cluster *c)
-{
-	return c->max_engine_concurrency > 0 &&
-	    c->running < c->max_engine_concurrency;
-}
-
-/*
- * Rule 2: the entry at the largest key <= priority.  Keys are strictly
- * ascending (sg_cluster_set_prio keeps them so); found is false when no key
- * is <= priority (the request is more urgent than every published key).
- */
-static double
-prio_lookup(const sg_cluster *c, uint32_t priority)
-{
-	double v = 0;
-	uint32_t i;
-
-	for (i = 0; i < c->nprio && i < SG_PRIO_MAX; i++) {
-		if (c->prio_key[i] > priority)
-			break;
-		v = c->prio_ms[i];
-	}
-	return v;
-}
-
-double
-sgi_queue_ms(const sg_cluster *c, uint32_t priority)
-{
-	if (sgi_free_slot(c))
-		return 0;
-	if (c->nprio > 0)
-		return prio_lookup(c, priority);
-	return sgi_proc((double)c->queued_input_tokens, sgi_tps(c)) * 1000.0;
-}
-
-double
-sgi_prefill_ms(const sg_cluster *c, uint64_t tokens, double scale)
-{
-	double tps;
-
-	if (tokens == 0)
-		return 0;
-	tps = sgi_tps(c);
-	if (tps == 0)
-		return INFINITY;	/* even when scale == 0 */
-	return scale * (double)tokens / tps * 1000.0;
-}
-
-double
-sgi_ttft_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
-    double scale, bool ignore_queue, bool ignore_prefill)
-{
-	double t = c->rtt_ms;
-
-	if (!ignore_queue)
-		t += sgi_queue_ms(c, priority);
-	if (!ignore_prefill)
-		t += sgi_prefill_ms(c, tokens, scale);
-	return t;
-}
-
-double
-sgi_comparator_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
-    double scale)
-{
-	return c->rtt_ms + sgi_queue_ms(c, priority) +
-	    sgi_prefill_ms(c, tokens, scale);
-}
-
-bool
-sgi_has_capacity(const sg_cluster *c, uint64_t max_queued)
-{
-	uint64_t limit;
-
-	if (c->max_engine_concurrency == 0)
-		return true;
-	limit = c->max_engine_concurrency + max_queued;
-	if (limit < max_queued)		/* saturate */
-		limit = UINT64_MAX;
-	return c->running < limit;
-}
 
 bool
 sgi_queue_slo(const sg_algdef *d, const sg_request *r, double elapsed_ms,
@@ -159,7 +63,7 @@ sgi_expected_queue_ms(const sg_cluster *c, uint32_t priority, uint64_t *ms)
 		return true;
 	}
 	if (c->nprio > 0) {
-		*ms = ceil_ms(prio_lookup(c, priority));
+		*ms = ceil_ms(sgi_queue_ms(c, priority));	/* rule 2 */
 		return true;
 	}
 	if (c->queued_input_tokens == 0) {
@@ -197,19 +101,4 @@ sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
 	default:	/* SG_CMP_NONE: p-w-a-w compares queue_ms first */
 		return sgi_queue_ms(c, priority);
 	}
-}
-
-int
-sgi_total_cmp(double a, double b)
-{
-	int64_t x, y;
-
-	memcpy(&x, &a, sizeof x);
-	memcpy(&y, &b, sizeof y);
-	/* Negative values: flip the magnitude bits so that the signed integer
-	 * order is the IEEE 754 totalOrder (-NaN < -inf < ... < -0 < +0 < ...
-	 * < +inf < +NaN). */
-	x ^= (int64_t)((uint64_t)(x >> 63) >> 1);
-	y ^= (int64_t)((uint64_t)(y >> 63) >> 1);
-	return (x > y) - (x < y);
 }

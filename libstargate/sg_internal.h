@@ -15,6 +15,7 @@
 #define SG_INTERNAL_H
 
 #include <math.h>
+#include <string.h>
 
 #include "sg_decision.h"
 #include "sg_lbconf.h"
@@ -23,22 +24,134 @@
 
 /* --- estimates (ref §2.4) ------------------------------------------------ */
 
+/*
+ * The per-candidate estimates are static inline: every decision loop calls
+ * them per candidate.
+ */
+
 /* tps if valid (> 0, finite) else 0. */
-double	sgi_tps(const sg_cluster *c);
+static inline double
+sgi_tps(const sg_cluster *c)
+{
+	double t = c->last_mean_input_tps;
+
+	return (t > 0 && isfinite(t)) ? t : 0;
+}
+
 /* proc(work, rate) in seconds: 0 if work == 0, +inf if rate <= 0. */
-double	sgi_proc(double work, double rate);
-bool	sgi_free_slot(const sg_cluster *c);
-/* Queue delay in ms, rules 1-3 of ref §2.4 (may be +inf). */
-double	sgi_queue_ms(const sg_cluster *c, uint32_t priority);
+static inline double
+sgi_proc(double work, double rate)
+{
+	if (work == 0)
+		return 0;
+	if (!(rate > 0))
+		return INFINITY;
+	return work / rate;
+}
+
+static inline bool
+sgi_free_slot(const sg_cluster *c)
+{
+	return c->max_engine_concurrency > 0 &&
+	    c->running < c->max_engine_concurrency;
+}
+
+/*
+ * Queue delay in ms, rules 1-3 of ref §2.4 (may be +inf).  Rule 2 reads
+ * the entry at the largest key <= priority (keys are strictly ascending);
+ * 0 when the request is more urgent than every published key.
+ */
+static inline double
+sgi_queue_ms(const sg_cluster *c, uint32_t priority)
+{
+	double v = 0;
+	uint32_t i;
+
+	if (sgi_free_slot(c))
+		return 0;
+	if (c->nprio > 0) {
+		for (i = 0; i < c->nprio && i < SG_PRIO_MAX; i++) {
+			if (c->prio_key[i] > priority)
+				break;
+			v = c->prio_ms[i];
+		}
+		return v;
+	}
+	return sgi_proc((double)c->queued_input_tokens, sgi_tps(c)) * 1000.0;
+}
+
 /* Prefill in ms at scale: 0 if tokens == 0, +inf if tps invalid. */
-double	sgi_prefill_ms(const sg_cluster *c, uint64_t tokens, double scale);
+static inline double
+sgi_prefill_ms(const sg_cluster *c, uint64_t tokens, double scale)
+{
+	double tps;
+
+	if (tokens == 0)
+		return 0;
+	tps = sgi_tps(c);
+	if (tps == 0)
+		return INFINITY;	/* even when scale == 0 */
+	return scale * (double)tokens / tps * 1000.0;
+}
+
 /* Bucketing TTFT (ignore flags apply) and comparator TTFT (they don't). */
-double	sgi_ttft_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
-	    double scale, bool ignore_queue, bool ignore_prefill);
-double	sgi_comparator_ms(const sg_cluster *c, uint64_t tokens,
-	    uint32_t priority, double scale);
+static inline double
+sgi_ttft_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
+    double scale, bool ignore_queue, bool ignore_prefill)
+{
+	double t = c->rtt_ms;
+
+	if (!ignore_queue)
+		t += sgi_queue_ms(c, priority);
+	if (!ignore_prefill)
+		t += sgi_prefill_ms(c, tokens, scale);
+	return t;
+}
+
+static inline double
+sgi_comparator_ms(const sg_cluster *c, uint64_t tokens, uint32_t priority,
+    double scale)
+{
+	return c->rtt_ms + sgi_queue_ms(c, priority) +
+	    sgi_prefill_ms(c, tokens, scale);
+}
+
 /* has_capacity(max_queued), saturating. */
-bool	sgi_has_capacity(const sg_cluster *c, uint64_t max_queued);
+static inline bool
+sgi_has_capacity(const sg_cluster *c, uint64_t max_queued)
+{
+	uint64_t limit;
+
+	if (c->max_engine_concurrency == 0)
+		return true;
+	limit = c->max_engine_concurrency + max_queued;
+	if (limit < max_queued)		/* saturate */
+		limit = UINT64_MAX;
+	return c->running < limit;
+}
+
+/*
+ * IEEE 754 totalOrder as a signed integer key: negative values get their
+ * magnitude bits flipped, so -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+ */
+static inline int64_t
+sgi_total_key(double a)
+{
+	int64_t x;
+
+	memcpy(&x, &a, sizeof x);
+	return x ^ (int64_t)((uint64_t)(x >> 63) >> 1);
+}
+
+/* IEEE total-order compare of doubles (-1, 0, 1). */
+static inline int
+sgi_total_cmp(double a, double b)
+{
+	int64_t x = sgi_total_key(a), y = sgi_total_key(b);
+
+	return (x > y) - (x < y);
+}
+
 /*
  * Queue-SLO bound (ref §4.5.1): returns false when inactive (floor or ceil
  * unset), else sets *max_queue_ms from wall elapsed and the request SLO.
@@ -52,8 +165,6 @@ bool	sgi_expected_queue_ms(const sg_cluster *c, uint32_t priority,
  * SG_CMP_NUM_QUEUED returns (double)queued. */
 double	sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
 	    uint32_t priority);
-/* IEEE total-order compare of doubles (-1, 0, 1). */
-int	sgi_total_cmp(double a, double b);
 
 /* --- hashing and randomness --------------------------------------------- */
 
@@ -109,19 +220,33 @@ typedef struct sgi_scratch {
 	size_t		 cap;		/* candidates the arrays hold */
 	size_t		 ring_cap;	/* ring entries the ring arrays hold */
 	unsigned char	*excluded;	/* per candidate */
+	size_t		 excl_hi;	/* excluded[excl_hi..cap) are all 0 */
+	/*
+	 * Test hook: take the reference paths (full sorts, no ring cache, no
+	 * ranking cache) that the fast paths must agree with exactly.
+	 */
+	bool		 reference;
 	size_t		*idx;		/* index lists */
 	size_t		*idx2;
 	size_t		*order;		/* affinity order / ranking */
 	double		*d1, *d2, *d3;	/* per-candidate estimates */
 	uint64_t	*ring_hash;	/* ring entries, sorted */
 	uint32_t	*ring_idx;	/* candidate of each entry */
+	uint32_t	*mark;		/* generation stamps per candidate */
+	uint32_t	 mark_gen;	/* current stamp (never 0 in use) */
 	/* What the cached ring was built for (sg_waw.c). */
 	bool		 ring_valid;
-	uint64_t	 ring_fp;	/* fingerprint of ids, seed, rk, model, V */
+	uint64_t	 ring_ids;	/* snapshot ids version */
+	uint64_t	 ring_pfx;	/* XXH3 of the hash prefix (seed, rk, model) */
+	uint64_t	 ring_V;	/* virtual nodes */
 	size_t		 ring_len;	/* entries */
 	size_t		 ring_n;	/* candidates */
 	/* round-robin counters live in the router */
 } sgi_scratch;
+
+/* The router's scratch (for tests: set reference, inspect caches). */
+struct sg_router;
+sgi_scratch	*sgi_router_scratch(struct sg_router *rt);
 
 /* Grow scratch for n candidates (and ring entries for V*n); SG_ENOMEM. */
 int	sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries);
@@ -144,7 +269,9 @@ typedef struct sgi_ctx {
 /*
  * Each algorithm fills *out (kind SELECT, WAIT with recheck_at_ms, or
  * REJECT with status 503 "overloaded_error" for Unavailable).  Deadlines are
- * applied afterwards by the router.  Return 0 or SG_ENOMEM.
+ * applied afterwards by the router.  They return 0 and must not fail (no
+ * allocation outside --explain, whose JSON failures are ignored): the router
+ * decides into the caller's sg_decision in place.
  */
 int	sgi_random(sgi_ctx *x, sg_decision *out);
 int	sgi_round_robin(sgi_ctx *x, sg_decision *out);

@@ -33,12 +33,22 @@
 #define POLL_MIN_MS	1
 #define POLL_MAX_MS	9
 
+#define MEMO_MODEL_MAX	128	/* longer model names are not memoised */
+
 struct sg_router {
 	const sg_lbconf	*conf;		/* borrowed */
 	uint64_t	 seed;
 	uint64_t	*rr;		/* one counter per definition */
 	size_t		 ndefs;
 	sgi_scratch	 scratch;
+	/*
+	 * The last resolution without an x-routing-method header: model name
+	 * (or none) -> definition.  Resolution is a pure function of the
+	 * borrowed, immutable configuration and these inputs.
+	 */
+	const sg_algdef	*memo_def;	/* NULL: empty */
+	bool		 memo_null;	/* memoised for model == NULL */
+	char		 memo_model[MEMO_MODEL_MAX + 1];
 };
 
 int
@@ -73,19 +83,63 @@ sg_router_free(sg_router *rt)
 	free(rt);
 }
 
+sgi_scratch *
+sgi_router_scratch(sg_router *rt)
+{
+	return &rt->scratch;
+}
+
 /* --- steps ---------------------------------------------------------------- */
+
+/* The memoised definition for this request, or NULL. */
+static const sg_algdef *
+memo_get(const sg_router *rt, const sg_request *req)
+{
+	if (rt->memo_def == NULL || req->routing_method != NULL ||
+	    req->routing_method_invalid)
+		return NULL;
+	if (req->model == NULL)
+		return rt->memo_null ? rt->memo_def : NULL;
+	if (rt->memo_null || strcmp(rt->memo_model, req->model) != 0)
+		return NULL;
+	return rt->memo_def;
+}
+
+static void
+memo_put(sg_router *rt, const sg_request *req, const sg_algdef *d)
+{
+	size_t len;
+
+	if (req->routing_method != NULL || req->routing_method_invalid)
+		return;
+	if (req->model == NULL) {
+		rt->memo_null = true;
+		rt->memo_def = d;
+		return;
+	}
+	if ((len = strlen(req->model)) > MEMO_MODEL_MAX)
+		return;
+	memcpy(rt->memo_model, req->model, len + 1);
+	rt->memo_null = false;
+	rt->memo_def = d;
+}
 
 /* Resolve the definition and check require_cache_affinity_key. */
 static int
-resolve(const sg_router *rt, const sg_request *req, const sg_algdef **out,
+resolve(sg_router *rt, const sg_request *req, const sg_algdef **out,
     sg_error *err)
 {
 	const sg_algdef *d;
 	int rc;
 
-	if ((rc = sg_lbconf_resolve(rt->conf, req->model, req->routing_method,
-	    req->routing_method_invalid, &d, err)) != 0)
-		return rc;
+	if ((d = memo_get(rt, req)) == NULL) {
+		if ((rc = sg_lbconf_resolve(rt->conf, req->model,
+		    req->routing_method, req->routing_method_invalid, &d,
+		    err)) != 0)
+			return rc;
+		if (d->id < rt->ndefs)
+			memo_put(rt, req, d);
+	}
 	if (d->require_cache_affinity_key && (req->cache_affinity_key == NULL ||
 	    req->cache_affinity_key[0] == '\0'))
 		return sg_seterr_http(err, SG_EREQUEST, 400,
@@ -118,10 +172,14 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
 		/* sgi_scratch_reserve decides what is worth caching */
 		ring = V <= SIZE_MAX / n ? (size_t)V * n : SIZE_MAX;
 	}
-	if (sgi_scratch_reserve(s, n, ring) != 0)
+	if ((n > s->cap || ring > s->ring_cap) &&
+	    sgi_scratch_reserve(s, n, ring) != 0)
 		return sg_seterr(err, SG_ENOMEM, "router: out of memory");
-	if (n > 0)
-		memset(s->excluded, 0, n);
+	/* excluded[] is zero from excl_hi on: clear only what was marked */
+	if (s->excl_hi > 0) {
+		memset(s->excluded, 0, s->excl_hi);
+		s->excl_hi = 0;
+	}
 	ne = n;
 	for (i = 0; i < req->nexcluded; i++) {
 		const char *id = req->excluded[i];
@@ -132,6 +190,8 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
 		k = sg_snapshot_find(snap, id, strlen(id));
 		if (k >= 0 && !s->excluded[k]) {
 			s->excluded[k] = 1;
+			if ((size_t)k >= s->excl_hi)
+				s->excl_hi = (size_t)k + 1;
 			ne--;
 		}
 	}
@@ -285,7 +345,6 @@ sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 {
 	const sg_algdef *d;
 	const char *why;
-	sg_decision dec;
 	sgi_ctx x;
 	int rc;
 
@@ -296,30 +355,36 @@ sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 		    "router: elapsed time must be a finite number >= 0");
 	if ((rc = resolve(rt, req, &d, err)) != 0)
 		return rc;
-	memset(&dec, 0, sizeof(dec));
-	dec.algorithm = sg_algorithm_name(d->algorithm);
+	if (d->algorithm < 0 || d->algorithm >= SG_ALG_COUNT)
+		return sg_seterr(err, SG_EINVAL, "router: bad algorithm %d",
+		    d->algorithm);
 	if (sg_snapshot_count(snap) == 0) {
-		reject(&dec, 404, "no_eligible_candidates", NULL);
-		goto done;
+		memset(out, 0, sizeof(*out));
+		out->algorithm = sg_algorithm_name(d->algorithm);
+		reject(out, 404, "no_eligible_candidates", NULL);
+		return 0;
 	}
 	if ((rc = prepare(rt, d, snap, req, elapsed_ms, &rt->rr[d->id], &x,
 	    err)) != 0)
 		return rc;
+	/*
+	 * From here on nothing fails (the algorithms do not allocate), so
+	 * the decision is written in place: out is still set only on success.
+	 */
+	memset(out, 0, sizeof(*out));
+	out->algorithm = sg_algorithm_name(d->algorithm);
 	if (x.neligible == 0) {
-		reject(&dec, 503, "overloaded_error", NULL);
-		goto done;
+		reject(out, 503, "overloaded_error", NULL);
+		return 0;
 	}
 	if (d->has_max_input_work && (why = admission(&x)) != NULL) {
-		reject(&dec, 503, "overloaded_error", why);
-		goto done;
+		reject(out, 503, "overloaded_error", why);
+		return 0;
 	}
-	if ((rc = dispatch(&x, &dec)) != 0)
-		return sg_seterr(err, rc, "router: %s", sg_strerror(rc));
-	if (dec.algorithm == NULL)
-		dec.algorithm = sg_algorithm_name(d->algorithm);
-	deadlines(&x, &dec);
-done:
-	*out = dec;
+	(void)dispatch(&x, out);
+	if (out->algorithm == NULL)
+		out->algorithm = sg_algorithm_name(d->algorithm);
+	deadlines(&x, out);
 	return 0;
 }
 

@@ -10,6 +10,18 @@
  * rebuilds the same snapshot every decision does not allocate in steady
  * state.
  *
+ * Ids version.  Routers cache work that depends only on the ordered list
+ * of cluster ids (the consistent-hash ring, pulsar rankings), so a snapshot
+ * carries a 64-bit version of that list: a random nonce drawn at
+ * sg_snapshot_new() (getrandom; no global state), chained through
+ * XXH3_64bits_withSeed(id, version) for each id in order.  The empty list's
+ * version is the nonce.  So the version changes whenever the set or order of
+ * ids changes (add, clear, copy, from_json), rebuilding the same list in the
+ * same snapshot gives back the same version, and two snapshots share a
+ * version only when one is a copy of the other with the same ids (copy
+ * adopts the source's nonce).  Distinct lists collide with probability
+ * about 2^-64, and ids cannot be chosen to collide without the nonce.
+ *
  * sg_snapshot_reserve() applies one pending routing reservation (ref §2.3):
  * saturating counters, and the priority-map update.  It never allocates.
  *
@@ -18,10 +30,15 @@
  * naming the field path ("clusters[1].runing: unknown field").  A missing
  * numeric field is "unknown" = 0, exactly as in ref §2.
  */
+#include <sys/random.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
 
 #include "sg_snapshot.h"
 
@@ -31,6 +48,8 @@ struct sg_snapshot {
 	size_t		 cap;
 	uint32_t	*slot;		/* hash index: position + 1, 0 = empty */
 	size_t		 nslot;		/* power of two, >= 2 * cap, or 0 */
+	uint64_t	 nonce;		/* version of the empty id list */
+	uint64_t	 ids_ver;	/* version of c[0..n)'s ids */
 };
 
 /* --- clusters ------------------------------------------------------------- */
@@ -158,10 +177,50 @@ grow(sg_snapshot *s, size_t want)
 
 /* --- snapshots ------------------------------------------------------------ */
 
+static uint64_t
+splitmix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/*
+ * A random nonce.  Without getrandom (ENOSYS, or no entropy yet) the
+ * snapshot's address and the clock stand in: weaker against chosen ids,
+ * still distinct between snapshots that coexist.
+ */
+static uint64_t
+new_nonce(const void *self)
+{
+	struct timespec ts;
+	uint64_t v;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v))
+		return v;
+	(void)clock_gettime(CLOCK_MONOTONIC, &ts);
+	return splitmix((uint64_t)(uintptr_t)self ^
+	    splitmix((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec));
+}
+
+/* The version after appending id to a list of version v. */
+static uint64_t
+ver_step(uint64_t v, const char *id, size_t len)
+{
+	return XXH3_64bits_withSeed(id, len, v);
+}
+
 sg_snapshot *
 sg_snapshot_new(void)
 {
-	return calloc(1, sizeof(sg_snapshot));
+	sg_snapshot *s;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return NULL;
+	s->nonce = new_nonce(s);
+	s->ids_ver = s->nonce;
+	return s;
 }
 
 void
@@ -178,6 +237,7 @@ void
 sg_snapshot_clear(sg_snapshot *s)
 {
 	s->n = 0;
+	s->ids_ver = s->nonce;
 	if (s->nslot != 0)
 		memset(s->slot, 0, s->nslot * sizeof(s->slot[0]));
 }
@@ -242,7 +302,14 @@ sg_snapshot_add(sg_snapshot *s, const sg_cluster *c, sg_error *err)
 	s->c[s->n].id[c->id_len] = '\0';
 	index_put(s, s->n);
 	s->n++;
+	s->ids_ver = ver_step(s->ids_ver, c->id, c->id_len);
 	return 0;
+}
+
+uint64_t
+sg_snapshot_ids_version(const sg_snapshot *s)
+{
+	return s->ids_ver;
 }
 
 int
@@ -258,6 +325,8 @@ sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src)
 	if (src->n != 0)
 		memcpy(dst->c, src->c, src->n * sizeof(src->c[0]));
 	dst->n = src->n;
+	dst->nonce = src->nonce;	/* same ids, same version */
+	dst->ids_ver = src->ids_ver;
 	index_rebuild(dst);
 	return 0;
 }
@@ -551,6 +620,7 @@ sg_snapshot_from_json(sg_snapshot *s, const json_t *obj, sg_error *err)
 		rc = sg_seterr(err, rc, "out of memory");
 		goto out;
 	}
+	tmp.nonce = tmp.ids_ver = s->nonce;	/* versions chain from s's */
 	for (i = 0; i < n; i++) {
 		char where[32];
 

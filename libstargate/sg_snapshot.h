@@ -55,11 +55,27 @@ int	sg_snapshot_add(sg_snapshot *s, const sg_cluster *c, sg_error *err);
 size_t		 sg_snapshot_count(const sg_snapshot *s);
 /* Borrowed; valid until the snapshot is changed or freed. */
 const sg_cluster *sg_snapshot_get(const sg_snapshot *s, size_t i);
+/*
+ * Mutable access to cluster i's load figures (NULL past the end).  The id
+ * and id_len must not be changed through it (the id index and the ids
+ * version would go stale); to change ids, rebuild with clear and add.
+ */
 sg_cluster	*sg_snapshot_at(sg_snapshot *s, size_t i);
 /* Index of the cluster with this id, or -1. */
 long		 sg_snapshot_find(const sg_snapshot *s, const char *id, size_t len);
 
-/* Copy src into dst (dst keeps its memory when large enough). */
+/*
+ * Version of the ordered list of cluster ids: a 64-bit value, random per
+ * snapshot, that changes whenever the set or order of ids changes (add,
+ * clear, copy, from_json).  Rebuilding the same ids in the same order gives
+ * the same version back, and a copy has its source's version.  Equal
+ * versions mean equal id lists (with probability 1 - 2^-64); load figures
+ * are not covered.  Routers key their id-derived caches on it.
+ */
+uint64_t	 sg_snapshot_ids_version(const sg_snapshot *s);
+
+/* Copy src into dst (dst keeps its memory when large enough); dst takes
+ * src's ids version. */
 int	sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src);
 
 /*

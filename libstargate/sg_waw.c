@@ -22,9 +22,12 @@
  *
  * The consistent-hash ring (V virtual nodes per candidate, sorted by
  * (hash, cluster_id, index)) is cached in the router's scratch together
- * with the identity of the ring it holds (a fingerprint of the hash prefix,
- * V and the ordered candidate ids, plus its sizes).  A hit costs one pass over the ids plus a binary search;
- * a miss hashes n * V entries and sorts them.  A ring too large for the
+ * with the identity of the ring it holds: the snapshot's ids version (which
+ * stands for the ordered candidate ids, sg_snapshot.h), an XXH3 fingerprint
+ * of the hash prefix (seed, routing key, model), V and its sizes.  Checking
+ * it is O(1); a hit then costs the key hash, a binary search and a walk to
+ * K distinct members (marked with generation stamps, so nothing is reset
+ * per decision); a miss hashes n * V entries and sorts them.  A ring too large for the
  * cache (huge V) is never materialised: the group is then computed in one
  * pass by the rotated-distance rule (an entry's position in the walk from
  * the key is (hash - key_hash) mod 2^64), which gives the same group.
@@ -34,9 +37,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "sg_internal.h"
 
@@ -148,8 +148,14 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
 		    grow((void **)&s->order, cap, sizeof(size_t)) != 0 ||
 		    grow((void **)&s->d1, cap, sizeof(double)) != 0 ||
 		    grow((void **)&s->d2, cap, sizeof(double)) != 0 ||
-		    grow((void **)&s->d3, cap, sizeof(double)) != 0)
+		    grow((void **)&s->d3, cap, sizeof(double)) != 0 ||
+		    grow((void **)&s->mark, cap, sizeof(uint32_t)) != 0)
 			return SG_ENOMEM;
+		/* new stamps start unmarked, nothing is excluded */
+		memset(s->mark, 0, cap * sizeof(uint32_t));
+		memset(s->excluded, 0, cap);
+		s->excl_hi = 0;
+		s->mark_gen = 0;
 		s->cap = cap;
 	}
 	if (ring_entries > RING_MAX)
@@ -179,6 +185,7 @@ sgi_scratch_free(sgi_scratch *s)
 	free(s->d1);
 	free(s->d2);
 	free(s->d3);
+	free(s->mark);
 	free(s->ring_hash);
 	free(s->ring_idx);
 	memset(s, 0, sizeof(*s));
@@ -284,6 +291,76 @@ later_capacity(const struct waw *w, const size_t *idx, size_t from,
 }
 
 /*
+ * Steps 3-6 of core selection without sorting every member: the unlock walk
+ * only needs each next bucket start, the smallest finite TTFT more than B
+ * past the current start (one pass per bucket).  The walk stops at such a
+ * start it cannot afford, so the unlocked members are exactly those with a
+ * finite TTFT below it (ties unlock together: they have the same gap), and
+ * the later ones are everything else.  Only the unlocked members with
+ * capacity are then sorted by (TTFT, id) into smp[0..*m): the same list, in
+ * the same order, as filtering the fully sorted walk.  Returns false (and
+ * leaves the work to the full sort) after FAST_BUCKETS bucket starts.
+ */
+#define FAST_BUCKETS	4
+
+static bool
+fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
+    uint64_t max_queued, size_t *smp, size_t *m, bool *have_wait,
+    double *wait)
+{
+	const double *t = w->s->d1;
+	double B = (double)w->d->ttft_bucket_size_ms;
+	double f = w->d->next_bucket_unlock_factor;
+	double start = lo, budget = e, next = INFINITY, need;
+	size_t i, k, nb;
+	bool stop = false;
+
+	for (nb = 0; ; nb++) {
+		bool found = false;
+
+		if (nb == FAST_BUCKETS)
+			return false;
+		for (i = 0; i < cnt; i++) {
+			double v = t[idx[i]];
+
+			if (isfinite(v) && v - start > B &&
+			    (!found || v < next)) {
+				next = v;
+				found = true;
+			}
+		}
+		if (!found)
+			break;		/* every finite member unlocks */
+		need = (next - start) * f;
+		if (budget < need) {
+			stop = true;
+			break;
+		}
+		budget -= need;
+		start = next;
+	}
+	for (i = 0, k = 0; i < cnt; i++) {
+		size_t c = idx[i];
+		double v = t[c];
+
+		if (!isfinite(v) || !sgi_has_capacity(cl(w, c), max_queued))
+			continue;
+		if (stop && !(v < next)) {
+			/* later_capacity(): a later member could unlock */
+			if (!*have_wait) {
+				*have_wait = true;
+				*wait = need - budget;
+			}
+			continue;
+		}
+		smp[k++] = c;
+	}
+	isort(w, smp, k, idx, cmp_ttft);	/* idx is free now */
+	*m = k;
+	return true;
+}
+
+/*
  * Core selection over set[0..nset) (candidate indices) with prefill scale
  * `scale`, unlock budget e ms and queue admission max_queued.  affinity
  * marks the affinity phase (its estimates are the ones --explain shows).
@@ -354,6 +431,10 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 		unlocked = cnt;
 		for (i = 0; w->cands != NULL && i < cnt; i++)
 			ex_set(w, idx[i], "bucket", json_integer(0));
+	} else if (w->cands == NULL && !s->reference &&
+	    fast_unlock(w, idx, cnt, lo, e,
+	    max_queued, smp, &m, &have_wait, &wait)) {
+		goto sample;	/* smp[0..m) is step 6's list */
 	} else {
 		double budget = e, start, f = d->next_bucket_unlock_factor;
 		json_int_t bucket = 0;
@@ -390,6 +471,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 	for (i = 0, m = 0; i < unlocked; i++)
 		if (sgi_has_capacity(cl(w, idx[i]), max_queued))
 			smp[m++] = idx[i];
+sample:
 	if (m == 0) {
 		if (have_wait) {
 			res->kind = CORE_WAIT;
@@ -516,36 +598,6 @@ ring_sort(const struct waw *w, uint64_t *h, uint32_t *ix, size_t n)
 	}
 }
 
-/* Fingerprint of the ring's identity: prefix, V and the ordered ids. */
-static uint64_t
-ring_fingerprint(const struct waw *w, const sgi_hashbuf *prefix, uint64_t V)
-{
-	XXH3_state_t st;
-	unsigned char buf[2048];
-	uint64_t head[3];
-	size_t i, pos = 0, n = w->x->n;
-
-	head[0] = sgi_hb_xxh3(prefix);
-	head[1] = V;
-	head[2] = n;
-	XXH3_64bits_reset(&st);
-	XXH3_64bits_update(&st, head, sizeof(head));
-	for (i = 0; i < n; i++) {
-		const sg_cluster *c = cl(w, i);
-
-		if (pos + 2 + c->id_len > sizeof(buf)) {
-			XXH3_64bits_update(&st, buf, pos);
-			pos = 0;
-		}
-		buf[pos++] = (unsigned char)(c->id_len & 0xff);
-		buf[pos++] = (unsigned char)(c->id_len >> 8);
-		memcpy(buf + pos, c->id, c->id_len);
-		pos += c->id_len;
-	}
-	XXH3_64bits_update(&st, buf, pos);
-	return XXH3_64bits_digest(&st);
-}
-
 /*
  * The group by the rotated-distance rule, without materialising the ring:
  * each candidate's first position in the walk from the key is its minimum
@@ -601,10 +653,10 @@ affinity_group(struct waw *w, size_t *group)
 	sgi_scratch *s = w->s;
 	const char *key = x->req->cache_affinity_key;
 	uint64_t V = w->d->virtual_nodes > 0 ? w->d->virtual_nodes : 1;
-	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, got;
+	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, pos, got;
 	sgi_hashbuf prefix;
-	uint64_t kh, fp;
-	double *mark = s->d1;
+	uint64_t kh, ids, pfx;
+	uint32_t gen;
 
 	if (m > n)
 		m = n;
@@ -613,13 +665,14 @@ affinity_group(struct waw *w, size_t *group)
 	sgi_ring_prefix(&prefix, w->d, x->req);
 	kh = sgi_ring_key_hash(&prefix, key, strlen(key));
 	if (n > UINT32_MAX || V > RING_MAX / n || n * V > s->ring_cap ||
-	    s->ring_hash == NULL)
+	    s->ring_hash == NULL || s->reference)
 		return group_uncached(w, &prefix, kh, V, m, group);
 
 	entries = (size_t)(n * V);
-	fp = ring_fingerprint(w, &prefix, V);
-	if (!(s->ring_valid && s->ring_fp == fp && s->ring_len == entries &&
-	    s->ring_n == n)) {
+	ids = sg_snapshot_ids_version(x->snap);
+	pfx = sgi_hb_xxh3(&prefix);
+	if (!(s->ring_valid && s->ring_ids == ids && s->ring_pfx == pfx &&
+	    s->ring_V == V && s->ring_len == entries && s->ring_n == n)) {
 		size_t k = 0;
 		uint64_t v;
 
@@ -635,7 +688,9 @@ affinity_group(struct waw *w, size_t *group)
 		}
 		ring_sort(w, s->ring_hash, s->ring_idx, entries);
 		s->ring_valid = true;
-		s->ring_fp = fp;
+		s->ring_ids = ids;
+		s->ring_pfx = pfx;
+		s->ring_V = V;
 		s->ring_len = entries;
 		s->ring_n = n;
 	}
@@ -653,14 +708,20 @@ affinity_group(struct waw *w, size_t *group)
 	}
 	if (lo == entries)
 		lo = 0;
-	for (i = 0; i < n; i++)
-		mark[i] = 0;
-	for (got = 0, i = 0; got < m && i < entries; i++) {
-		size_t c = s->ring_idx[(lo + i) % entries];
+	/* a fresh stamp marks this walk's members; reset only on wrap */
+	if (++s->mark_gen == 0) {
+		memset(s->mark, 0, s->cap * sizeof(*s->mark));
+		s->mark_gen = 1;
+	}
+	gen = s->mark_gen;
+	for (got = 0, pos = lo, i = 0; got < m && i < entries; i++) {
+		size_t c = s->ring_idx[pos];
 
-		if (mark[c] != 0)
+		if (++pos == entries)
+			pos = 0;
+		if (s->mark[c] == gen)
 			continue;
-		mark[c] = 1;
+		s->mark[c] = gen;
 		group[got++] = c;
 	}
 	return got;

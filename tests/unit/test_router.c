@@ -621,6 +621,300 @@ test_router_new_rejects_missing_config(void **state)
 	sg_router_free(NULL);
 }
 
+/* --- fast paths agree with the reference paths ------------------------------ */
+
+/*
+ * One lb-config with a definition per shape the fast paths care about:
+ * rings of several sizes, bucket walks with and without unlock budget
+ * (f = 0 unlocks everything, B = 0 makes every gap a bucket), the queue SLO,
+ * session rules, pulsar and p-w-a-w under both weight modes, KV feasibility,
+ * and input-work admission.
+ */
+#define PROP_CONF "{\"default\":\"random\",\"models\":{"			\
+	"\"w1\":{\"algorithm\":\"wait-and-widen\","				\
+	"\"cache_affinity_backend_selection_count\":2,"				\
+	"\"cache_affinity_virtual_nodes\":20,\"ttft_bucket_size_ms\":10,"	\
+	"\"next_bucket_unlock_factor\":0.5,\"cache_affinity_wait_ms\":30},"	\
+	"\"w2\":{\"algorithm\":\"wait-and-widen\","				\
+	"\"cache_affinity_backend_selection_count\":3,"				\
+	"\"cache_affinity_virtual_nodes\":7,\"ttft_bucket_size_ms\":0,"		\
+	"\"next_bucket_unlock_factor\":0.1,\"max_queued\":2,"			\
+	"\"comparator\":\"queue-time\",\"last_cluster_affinity\":true,"		\
+	"\"cache_affinity_wait_ms\":20,"					\
+	"\"cache_affinity_input_tokens_scale\":0.2},"				\
+	"\"w3\":{\"algorithm\":\"wait-and-widen\",\"ttft_bucket_size_ms\":5,"	\
+	"\"next_bucket_unlock_factor\":0,\"n\":3,"				\
+	"\"max_queue_time_floor_ms\":50,\"max_queue_time_ceil_ms\":200},"	\
+	"\"w4\":{\"algorithm\":\"wait-and-widen\","				\
+	"\"cache_affinity_backend_selection_count\":1,"				\
+	"\"ttft_bucket_size_ms\":1,\"next_bucket_unlock_factor\":2,"		\
+	"\"ignore_queue_time\":true,\"comparator\":\"utilization\"},"		\
+	"\"w5\":{\"algorithm\":\"wait-and-widen\","				\
+	"\"cache_affinity_backend_selection_count\":40,"			\
+	"\"cache_affinity_virtual_nodes\":3,\"ttft_bucket_size_ms\":3,"		\
+	"\"next_bucket_unlock_factor\":0.05,\"n\":2},"				\
+	"\"p1\":{\"algorithm\":\"pulsar\"},"					\
+	"\"p2\":{\"algorithm\":\"pulsar\",\"seed\":\"s\","			\
+	"\"rendezvous_weight\":\"last-mean-input-tps\","			\
+	"\"consider_kv_free_tokens\":true},"					\
+	"\"q1\":{\"algorithm\":\"pulsar-wait-and-widen\","			\
+	"\"cache_affinity_backend_selection_count\":2,"				\
+	"\"cache_affinity_wait_ms\":10,\"band_widen_interval_ms\":5},"		\
+	"\"q2\":{\"algorithm\":\"pulsar-wait-and-widen\","			\
+	"\"cache_affinity_backend_selection_count\":3,"				\
+	"\"last_cluster_affinity\":true,\"consider_kv_free_tokens\":true,"	\
+	"\"rendezvous_weight\":\"last-mean-input-tps\","			\
+	"\"max_input_work_seconds\":5},"					\
+	"\"r\":\"round-robin\","						\
+	"\"n\":{\"algorithm\":\"power-of-n\",\"sample_count\":2}}}"
+
+static const char *const prop_models[] = {
+	"w1", "w2", "w3", "w4", "w5", "p1", "p2", "q1", "q2", "r", "n", "other",
+};
+
+static uint64_t
+prop_next(uint64_t *g)
+{
+	*g ^= *g << 13;
+	*g ^= *g >> 7;
+	*g ^= *g << 17;
+	return *g;
+}
+
+static uint64_t
+prop_below(uint64_t *g, uint64_t n)
+{
+	return prop_next(g) % n;
+}
+
+/* Coarse values, so that TTFTs, scores and weights tie often. */
+static double
+prop_rate(uint64_t *g)
+{
+	static const double v[] = { 0, 500, 1000, 1000, 1500, 2000, NAN,
+	    INFINITY, -5 };
+
+	return v[prop_below(g, sizeof(v) / sizeof(v[0]))];
+}
+
+static void
+prop_figures(uint64_t *g, sg_cluster *c)
+{
+	c->rtt_ms = (double)prop_below(g, 6) * 2.5;
+	c->max_engine_concurrency = prop_below(g, 5);
+	c->running = prop_below(g, 7);
+	c->queued = prop_below(g, 4);
+	c->queued_input_tokens = prop_below(g, 4) * 700;
+	c->last_mean_input_tps = prop_rate(g);
+	c->max_input_tps = prop_rate(g);
+	c->kv_capacity_tokens = prop_below(g, 3) * 1000;
+	c->kv_free_tokens = prop_below(g, 3) * 400;
+	c->kv_used_tokens = prop_below(g, 2) * 100;
+	c->nprio = 0;
+	if (prop_below(g, 8) == 0)
+		(void)sg_cluster_set_prio(c, (uint32_t)prop_below(g, 3),
+		    (double)prop_below(g, 50));
+}
+
+/* Rebuild s in place with a random ordered subset of the id pool. */
+static void
+prop_rebuild(uint64_t *g, sg_snapshot *s)
+{
+	size_t n = 1 + (size_t)prop_below(g, 40), i, k;
+	bool used[64] = { false };
+	char id[16];
+
+	sg_snapshot_clear(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c;
+
+		do
+			k = (size_t)prop_below(g, 64);
+		while (used[k]);
+		used[k] = true;
+		snprintf(id, sizeof(id), "c%zu", k);
+		assert_int_equal(sg_cluster_init(&c, id, strlen(id)), 0);
+		prop_figures(g, &c);
+		assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	}
+}
+
+static void
+prop_assert_same(const sg_decision *a, const sg_decision *b, size_t trial)
+{
+	if (a->kind != b->kind || a->index != b->index ||
+	    a->rank_depth != b->rank_depth || a->kv_skip != b->kv_skip ||
+	    a->phase != b->phase || a->status != b->status ||
+	    a->classified != b->classified ||
+	    a->session_state != b->session_state ||
+	    a->promoted != b->promoted || a->primary != b->primary ||
+	    !(a->recheck_at_ms == b->recheck_at_ms) ||
+	    (a->cluster_id == NULL) != (b->cluster_id == NULL) ||
+	    (a->cluster_id != NULL && strcmp(a->cluster_id, b->cluster_id)) ||
+	    (a->code == NULL) != (b->code == NULL) ||
+	    (a->code != NULL && strcmp(a->code, b->code) != 0) ||
+	    (a->reason == NULL) != (b->reason == NULL) ||
+	    (a->reason != NULL && strcmp(a->reason, b->reason) != 0) ||
+	    strcmp(a->algorithm, b->algorithm) != 0)
+		fail_msg("trial %zu: fast %s kind %d index %zu depth %u "
+		    "recheck %.17g; reference kind %d index %zu depth %u "
+		    "recheck %.17g", trial, a->algorithm, a->kind, a->index,
+		    a->rank_depth, a->recheck_at_ms, b->kind, b->index,
+		    b->rank_depth, b->recheck_at_ms);
+}
+
+/*
+ * Property: the fast paths (ring cache keyed on the ids version, bucket
+ * walks without a full sort, the ranking cache, the resolution memo, the
+ * exclusion bookkeeping) decide exactly like the reference paths, over
+ * random snapshots, definitions and requests.  Between rounds of decisions
+ * the snapshot is rebuilt in place (new ids or order), replaced, copied
+ * over, or only has its load figures and weights changed.
+ */
+static void
+test_fast_paths_decide_like_the_reference_paths(void **state)
+{
+	sg_lbconf *conf = fx_conf(PROP_CONF);
+	sg_router *fast = fx_router(conf, 7), *ref = fx_router(conf, 7);
+	sg_snapshot *s = sg_snapshot_new(), *t = sg_snapshot_new();
+	static const char *const keys[] = { "k0", "k1", "k2", "k3", "k4",
+	    "k5", "a-longer-cache-affinity-key-0123456789", "", NULL };
+	uint64_t g = 0x9e3779b97f4a7c15ULL;
+	size_t round, j, i, trial = 0;
+	char rid[32], hint[16];
+
+	(void)state;
+	sgi_router_scratch(ref)->reference = true;
+	prop_rebuild(&g, s);
+	for (round = 0; round < 1500; round++) {
+		size_t n;
+
+		switch (prop_below(&g, 6)) {
+		case 0:
+			prop_rebuild(&g, s);
+			break;
+		case 1:		/* another object with other ids */
+			prop_rebuild(&g, t);
+			sg_snapshot_free(s);
+			s = t;
+			t = sg_snapshot_new();
+			assert_non_null(t);
+			break;
+		case 2:
+			prop_rebuild(&g, t);
+			assert_int_equal(sg_snapshot_copy(s, t), 0);
+			break;
+		default:	/* load figures and weights only */
+			n = sg_snapshot_count(s);
+			for (i = 0; i < n; i++)
+				if (prop_below(&g, 3) == 0)
+					prop_figures(&g, sg_snapshot_at(s, i));
+			break;
+		}
+		n = sg_snapshot_count(s);
+		for (j = 0; j < 12; j++, trial++) {
+			const char *excl[8];
+			sg_request ra, rb;
+			sg_decision da, db;
+			sg_error err;
+			double e;
+
+			fx_req(&ra, rid, keys[prop_below(&g, 9)],
+			    prop_below(&g, 4) * 900);
+			snprintf(rid, sizeof(rid), "req-%zu",
+			    (size_t)prop_below(&g, 50));
+			ra.model = prop_models[prop_below(&g,
+			    sizeof(prop_models) / sizeof(prop_models[0]))];
+			ra.routing_key = prop_below(&g, 2) ? "tenant" : NULL;
+			ra.priority = (uint32_t)prop_below(&g, 3);
+			if (prop_below(&g, 3) == 0) {
+				ra.has_max_wait = true;
+				ra.max_wait_ms = prop_below(&g, 100);
+			}
+			if (prop_below(&g, 4) == 0) {
+				ra.has_slo = true;
+				ra.request_slo_ms = prop_below(&g, 400);
+			}
+			ra.nexcluded = (size_t)prop_below(&g, 4);
+			for (i = 0; i < ra.nexcluded; i++) {
+				size_t k = (size_t)prop_below(&g, n + 2);
+
+				excl[i] = k < n ? sg_snapshot_get(s, k)->id :
+				    "gone";
+			}
+			ra.excluded = excl;
+			if (prop_below(&g, 2)) {
+				snprintf(hint, sizeof(hint), "c%zu",
+				    (size_t)prop_below(&g, 70));
+				ra.last_cluster_id = hint;
+			}
+			e = (double)prop_below(&g, 5) * 7.5;
+			rb = ra;
+			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
+			    &err), 0);
+			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
+			    &err), 0);
+			prop_assert_same(&da, &db, trial);
+			/* a later decision of the same request, classified */
+			e += 12.5;
+			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
+			    &err), 0);
+			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
+			    &err), 0);
+			prop_assert_same(&da, &db, trial);
+		}
+	}
+	sg_snapshot_free(s);
+	sg_snapshot_free(t);
+	sg_router_free(fast);
+	sg_router_free(ref);
+	sg_lbconf_free(conf);
+}
+
+/* The memoised resolution follows the model (and header) of each request. */
+static void
+test_resolution_follows_each_request(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"default\":\"random\","
+	    "\"request_algorithms\":{\"round-robin\":\"round-robin\"},"
+	    "\"models\":{\"m\":\"pulsar\",\"n\":\"power-of-n\"}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(3);
+	static const struct {
+		const char	*model;
+		const char	*method;
+		const char	*want;
+	} seq[] = {
+		{ "m", NULL, "pulsar" }, { "m", NULL, "pulsar" },
+		{ "n", NULL, "power-of-n" }, { NULL, NULL, "random" },
+		{ "m", "round-robin", "round-robin" }, { "m", NULL, "pulsar" },
+		{ "mm", NULL, "random" }, { "", NULL, "random" },
+		{ NULL, NULL, "random" }, { "n", NULL, "power-of-n" },
+	};
+	char model[8];
+	sg_decision d;
+	sg_error err;
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+		fx_req(&r, "r", "k", 10);
+		/* the same buffer with new contents must not fool the memo */
+		if (seq[i].model != NULL) {
+			snprintf(model, sizeof(model), "%s", seq[i].model);
+			r.model = model;
+		} else
+			r.model = NULL;
+		r.routing_method = seq[i].method;
+		assert_int_equal(decide_rc(rt, s, &r, 0, &d, &err), 0);
+		assert_string_equal(d.algorithm, seq[i].want);
+	}
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
 int
 main(void)
 {
@@ -646,6 +940,8 @@ main(void)
 		cmocka_unit_test(test_explain_does_not_advance_round_robin),
 		cmocka_unit_test(test_round_robin_counter_per_definition),
 		cmocka_unit_test(test_router_new_rejects_missing_config),
+		cmocka_unit_test(test_fast_paths_decide_like_the_reference_paths),
+		cmocka_unit_test(test_resolution_follows_each_request),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

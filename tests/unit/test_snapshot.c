@@ -764,6 +764,144 @@ test_cluster_from_json_without_prefix(void **state)
 	json_decref(j);
 }
 
+/* --- ids version ------------------------------------------------------------ */
+
+/* Fill s with clusters named by ids (clearing it first). */
+static void
+fill(sg_snapshot *s, const char *const *ids, size_t n)
+{
+	size_t i;
+
+	sg_snapshot_clear(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c = mkcluster(ids[i]);
+
+		assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	}
+}
+
+static void
+test_ids_version_changes_with_the_set_and_order_of_ids(void **state)
+{
+	static const char *const ab[] = { "a", "b" }, *const ba[] = { "b", "a" };
+	static const char *const ac[] = { "a", "c" }, *const abc[] = { "a",
+	    "b", "c" };
+	sg_snapshot *s = sg_snapshot_new();
+	uint64_t empty, a, vab;
+	sg_cluster c = mkcluster("a");
+
+	(void)state;
+	empty = sg_snapshot_ids_version(s);
+	assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	a = sg_snapshot_ids_version(s);
+	assert_true(a != empty);
+	c = mkcluster("b");
+	assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	vab = sg_snapshot_ids_version(s);
+	assert_true(vab != a && vab != empty);
+	/* a refused add changes nothing */
+	assert_int_equal(sg_snapshot_add(s, &c, NULL), SG_EINVAL);
+	assert_true(sg_snapshot_ids_version(s) == vab);
+
+	sg_snapshot_clear(s);
+	assert_true(sg_snapshot_ids_version(s) == empty);
+	fill(s, ba, 2);
+	assert_true(sg_snapshot_ids_version(s) != vab);		/* order */
+	fill(s, ac, 2);
+	assert_true(sg_snapshot_ids_version(s) != vab);		/* set */
+	fill(s, abc, 3);
+	assert_true(sg_snapshot_ids_version(s) != vab);		/* size */
+	fill(s, ab, 2);
+	assert_true(sg_snapshot_ids_version(s) == vab);		/* same list */
+	sg_snapshot_free(s);
+}
+
+static void
+test_ids_version_ignores_load_figures(void **state)
+{
+	static const char *const ab[] = { "a", "b" };
+	sg_snapshot *s = sg_snapshot_new();
+	uint64_t v;
+
+	(void)state;
+	fill(s, ab, 2);
+	v = sg_snapshot_ids_version(s);
+	sg_snapshot_at(s, 0)->running = 7;
+	sg_snapshot_at(s, 1)->last_mean_input_tps = 123;
+	sg_snapshot_reserve(s, 1, 100, 0);
+	assert_true(sg_snapshot_ids_version(s) == v);
+	sg_snapshot_free(s);
+}
+
+/* A random nonce per snapshot: the same ids in two snapshots differ. */
+static void
+test_ids_version_differs_between_snapshots(void **state)
+{
+	static const char *const ab[] = { "a", "b" };
+	sg_snapshot *s = sg_snapshot_new(), *t = sg_snapshot_new();
+
+	(void)state;
+	assert_true(sg_snapshot_ids_version(s) != sg_snapshot_ids_version(t));
+	fill(s, ab, 2);
+	fill(t, ab, 2);
+	assert_true(sg_snapshot_ids_version(s) != sg_snapshot_ids_version(t));
+	sg_snapshot_free(s);
+	sg_snapshot_free(t);
+}
+
+static void
+test_copy_takes_the_source_ids_version(void **state)
+{
+	static const char *const ab[] = { "a", "b" }, *const xyz[] = { "x",
+	    "y", "z" };
+	sg_snapshot *s = sg_snapshot_new(), *t = sg_snapshot_new();
+	sg_cluster c = mkcluster("c");
+	uint64_t before;
+
+	(void)state;
+	fill(s, ab, 2);
+	fill(t, xyz, 3);
+	before = sg_snapshot_ids_version(t);
+	assert_int_equal(sg_snapshot_copy(t, s), 0);
+	assert_true(sg_snapshot_ids_version(t) != before);
+	assert_true(sg_snapshot_ids_version(t) == sg_snapshot_ids_version(s));
+	/* the same change to both keeps them equal, another one does not */
+	assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	assert_int_equal(sg_snapshot_add(t, &c, NULL), 0);
+	assert_true(sg_snapshot_ids_version(t) == sg_snapshot_ids_version(s));
+	c = mkcluster("d");
+	assert_int_equal(sg_snapshot_add(t, &c, NULL), 0);
+	assert_true(sg_snapshot_ids_version(t) != sg_snapshot_ids_version(s));
+	sg_snapshot_free(s);
+	sg_snapshot_free(t);
+}
+
+static void
+test_from_json_sets_the_ids_version(void **state)
+{
+	static const char *const ab[] = { "a", "b" };
+	sg_snapshot *s = sg_snapshot_new();
+	sg_error err;
+	uint64_t vab, v;
+
+	(void)state;
+	fill(s, ab, 2);
+	vab = sg_snapshot_ids_version(s);
+	assert_int_equal(parse(s, "{\"clusters\":[{\"id\":\"b\"},"
+	    "{\"id\":\"a\"}]}", &err), 0);
+	v = sg_snapshot_ids_version(s);
+	assert_true(v != vab);
+	/* a failed parse leaves the ids and their version */
+	assert_int_equal(parse(s, "{\"clusters\":[{\"id\":\"q\","
+	    "\"running\":-1}]}", &err), SG_EINVAL);
+	assert_true(sg_snapshot_ids_version(s) == v);
+	/* the same ids as before, with other figures: the same version */
+	assert_int_equal(parse(s, "{\"clusters\":[{\"id\":\"a\","
+	    "\"running\":3},{\"id\":\"b\"}]}", &err), 0);
+	assert_true(sg_snapshot_ids_version(s) == vab);
+	sg_snapshot_free(s);
+}
+
 int
 main(void)
 {
@@ -793,6 +931,11 @@ main(void)
 		cmocka_unit_test(test_json_accepts_exactly_max_priority_entries),
 		cmocka_unit_test(test_json_failure_leaves_snapshot_unchanged),
 		cmocka_unit_test(test_cluster_from_json_without_prefix),
+		cmocka_unit_test(test_ids_version_changes_with_the_set_and_order_of_ids),
+		cmocka_unit_test(test_ids_version_ignores_load_figures),
+		cmocka_unit_test(test_ids_version_differs_between_snapshots),
+		cmocka_unit_test(test_copy_takes_the_source_ids_version),
+		cmocka_unit_test(test_from_json_sets_the_ids_version),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

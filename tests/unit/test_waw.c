@@ -354,6 +354,85 @@ test_ring_cache_follows_candidate_changes(void **state)
 }
 
 /*
+ * The same snapshot object changed in place (the ring cache sees the same
+ * pointer every time): rebuilt with renamed or reordered ids, replaced from
+ * JSON, overwritten by a copy, and back to an earlier list.  Each time the
+ * group is the one of the current ids.
+ */
+static void
+test_ring_cache_follows_in_place_changes(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":3,"
+	    "\"cache_affinity_virtual_nodes\":40}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = sg_snapshot_new(), *other = fx_snapshot(5);
+	size_t order[FX_MAXC], round, i, n;
+	json_error_t jerr;
+	sg_request r;
+
+	(void)state;
+	fx_req(&r, "r", "k-cache", 10);
+	for (round = 0; round < 12; round++) {
+		json_t *ex = NULL, *g, *j;
+		char id[16], text[512];
+		size_t len;
+
+		n = round == 2 ? 6 : 5;	/* mostly the same size */
+		if (round == 6) {
+			assert_int_equal(sg_snapshot_copy(s, other), 0);
+		} else if (round % 2 == 1 || round > 8) {
+			len = (size_t)snprintf(text, sizeof(text),
+			    "{\"clusters\":[");
+			for (i = 0; i < n; i++)
+				len += (size_t)snprintf(text + len,
+				    sizeof(text) - len, "%s{\"id\":\"j%zu\","
+				    "\"rtt_ms\":5,\"max_engine_concurrency\":4,"
+				    "\"last_mean_input_tps\":1000}",
+				    i > 0 ? "," : "", (i * 5 + round) % 13);
+			snprintf(text + len, sizeof(text) - len, "]}");
+			j = json_loads(text, 0, &jerr);
+			assert_non_null(j);
+			assert_int_equal(sg_snapshot_from_json(s, j, NULL), 0);
+			json_decref(j);
+		} else {
+			sg_snapshot_clear(s);
+			for (i = 0; i < n; i++) {
+				sg_cluster c;
+
+				/* round 8 repeats round 0's list */
+				snprintf(id, sizeof(id), "%s%zu",
+				    round == 4 ? "z" : "c",
+				    (i * 7 + 3 * (round % 8)) % 11);
+				c = fx_cluster(id, 5, 4, 0, 1000);
+				fx_add(s, &c);
+			}
+		}
+		n = fx_ring_order(fx_def(conf, &r), &r, s, order);
+		assert_int_equal(sg_router_explain(rt, s, &r, 0, &ex, NULL), 0);
+		g = json_object_get(ex, "affinity_group");
+		assert_int_equal(json_array_size(g), 3);
+		for (i = 0; i < 3; i++)
+			assert_string_equal(json_string_value(
+			    json_array_get(g, i)),
+			    sg_snapshot_get(s, order[i])->id);
+		json_decref(ex);
+		/* and the decision picks from that group */
+		{
+			sg_decision d = fx_decide(rt, s, &r, 0);
+
+			assert_int_equal(d.kind, SG_DECIDE_SELECT);
+			assert_true(d.index == order[0] || d.index == order[1] ||
+			    d.index == order[2]);
+		}
+	}
+	sg_snapshot_free(other);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
  * Several buckets: TTFTs 100 (full), 200 (full), 300 (free).  Each gap is
  * measured from its bucket's start and each bucket consumes its own need
  * (25 ms each), so the free cluster unlocks at 50 ms, not at 75.
@@ -731,6 +810,7 @@ main(void)
 		cmocka_unit_test(test_affinity_group_follows_the_ring_walk),
 		cmocka_unit_test(test_huge_ring_gives_the_same_group),
 		cmocka_unit_test(test_ring_cache_follows_candidate_changes),
+		cmocka_unit_test(test_ring_cache_follows_in_place_changes),
 		cmocka_unit_test(test_bucket_budget_is_consumed_per_bucket),
 		cmocka_unit_test(test_gap_is_measured_from_the_bucket_start),
 		cmocka_unit_test(
