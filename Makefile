@@ -47,6 +47,10 @@ PUBHDR   := $(filter-out %_internal.h,$(LIBHDR))
 LIBOBJ   := $(LIBSRC:%.c=$(O)/%.o)
 PROGSRC  := $(sort $(wildcard bin/*.c))
 PROGS    := $(PROGSRC:bin/%.c=$(O)/bin/%)
+# Every program also links the shared program code in bin/common/.
+PROGCOMMON := $(sort $(wildcard bin/common/*.c))
+PROGHDR    := $(sort $(wildcard bin/common/*.h))
+PROGCOMMONOBJ := $(PROGCOMMON:%.c=$(O)/%.o)
 TOOLDIRS := $(sort $(patsubst %/main.c,%,$(wildcard tools/*/main.c)))
 TOOLS    := $(TOOLDIRS:tools/%=$(O)/bin/%)
 UNITSRC  := $(sort $(wildcard tests/unit/test_*.c))
@@ -85,7 +89,7 @@ deps:
 .PHONY: all build depcheck deps test check units lint demo install uninstall clean bench
 
 # --- library --------------------------------------------------------------
-$(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) Makefile
+$(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) $(PROGHDR) Makefile
 	@mkdir -p $(@D)
 	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -c -o $@ $<
 
@@ -102,8 +106,8 @@ $(O)/stargate.pc: stargate.pc.in Makefile
 	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $@
 
 # --- programs and tools ---------------------------------------------------
-$(PROGS): $(O)/bin/%: $(O)/bin/%.o $(O)/libstargate.a
-	$(CC) $(SG_LDFLAGS) -o $@ $< $(O)/libstargate.a $(DEPLIBS)
+$(PROGS): $(O)/bin/%: $(O)/bin/%.o $(PROGCOMMONOBJ) $(O)/libstargate.a
+	$(CC) $(SG_LDFLAGS) -o $@ $< $(PROGCOMMONOBJ) $(O)/libstargate.a $(DEPLIBS)
 
 # A tool is every .c file in tools/<name>/ plus the shared tools/common/*.c.
 TOOLCOMMON := $(sort $(wildcard tools/common/*.c))

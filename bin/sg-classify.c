@@ -24,10 +24,8 @@
  * Nothing here writes a session id, affinity key or prompt to stderr:
  * error messages carry the reason only.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +37,13 @@
 #include "stargate.h"
 #include "sg_identity.h"
 #include "sg_store.h"
+#include "common/cli.h"
 
 #define MAX_HEADERS		256	/* -H plus --headers-file entries */
 #define MAX_HEADER_LINE		16384	/* bytes per --headers-file line */
 #define DEFAULT_REQUEST_ID	"sg-classify"
 
-static const char progname[] = "sg-classify";
+const char cli_progname[] = "sg-classify";
 
 enum {
 	OPT_HEADERS_FILE = CHAR_MAX + 1,
@@ -75,229 +74,30 @@ static const struct option longopts[] = {
 	{ NULL,			0,			NULL,	0 }
 };
 
-static void __attribute__((noreturn))
-usage(int status)
-{
-	FILE *f = status == EX_OK ? stdout : stderr;
+const char cli_synopsis[] =
+    "[-h] [-H 'name: value'] [--headers-file FILE]\n"
+    "                   [--endpoint chat|completions|responses|embeddings]\n"
+    "                   [--routing-key RK] [-c lb-config.json] [-s snapshot.json]\n"
+    "                   [--last-cluster ID] [--routing-method M] [--elapsed-ms N]\n"
+    "                   [--seed N] [--ndjson] [request.json | -]\n";
 
-	fprintf(f,
-	    "usage: %s [-h] [-H 'name: value'] [--headers-file FILE]\n"
-	    "                   [--endpoint chat|completions|responses|embeddings]\n"
-	    "                   [--routing-key RK] [-c lb-config.json] [-s snapshot.json]\n"
-	    "                   [--last-cluster ID] [--routing-method M] [--elapsed-ms N]\n"
-	    "                   [--seed N] [--ndjson] [request.json | -]\n", progname);
-	if (status == EX_OK)
-		fprintf(f, "\n"
-		    "  -H, --header 'name: value'  a request header (repeatable)\n"
-		    "      --headers-file FILE     request headers, one \"name: value\" a line\n"
-		    "      --endpoint E            chat, completions, responses or embeddings\n"
-		    "                              (default chat)\n"
-		    "      --routing-key RK        routing key bound by the API key (default none)\n"
-		    "  -c, --config FILE           lb-config.json (default: the permissive default)\n"
-		    "  -s, --snapshot FILE         snapshot JSON: also classify on the router side\n"
-		    "      --last-cluster ID       the last-cluster hint (default: the\n"
-		    "                              x-stargate-last-cluster-id header, else none)\n"
-		    "      --routing-method M      x-routing-method the gateway sends (default none)\n"
-		    "      --elapsed-ms N          elapsed ms since arrival (default 0)\n"
-		    "      --seed N                router seed, unsigned 64-bit (default 0)\n"
-		    "      --ndjson                read {\"body\",\"headers\",\"endpoint\",\n"
-		    "                              \"last_cluster_id\"} lines\n"
-		    "  -h, --help                  print this help and exit\n"
-		    "      --version               print the version and exit\n");
-	exit(status);
-}
-
-/* "sg-classify: [<source>:[<line>:] ]<message>" */
-static void __attribute__((format(printf, 3, 4)))
-complain(const char *source, long line, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", progname);
-	if (source != NULL && line > 0)
-		fprintf(stderr, "%s:%ld: ", source, line);
-	else if (source != NULL)
-		fprintf(stderr, "%s: ", source);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-static int
-exit_for(int rc)
-{
-	switch (rc) {
-	case SG_EINVAL:
-	case SG_ERANGE:
-	case SG_EREQUEST:
-		return EX_DATAERR;
-	case SG_ECONFIG:
-		return EX_CONFIG;
-	case SG_EIO:
-		return EX_IOERR;
-	default:
-		return EX_SOFTWARE;
-	}
-}
-
-/* A library failure: the message text alone (a 400's text is the answer). */
-static int
-report(const char *source, long line, int rc, const sg_error *err)
-{
-	complain(source, line, "%s",
-	    err->text[0] != '\0' ? err->text : sg_strerror(rc));
-	return exit_for(rc);
-}
-
-/* --- input ---------------------------------------------------------------- */
-
-static const char *
-source_name(const char *path)
-{
-	return path == NULL || strcmp(path, "-") == 0 ? "<stdin>" : path;
-}
-
-static FILE *
-open_input(const char *path)
-{
-	FILE *f;
-
-	if (path == NULL || strcmp(path, "-") == 0)
-		return stdin;
-	if ((f = fopen(path, "r")) == NULL)
-		complain(NULL, 0, "cannot open '%s': %s", path, strerror(errno));
-	return f;
-}
-
-static void
-close_input(FILE *f)
-{
-	if (f != NULL && f != stdin)
-		fclose(f);
-}
-
-/* A whole file of at most SG_MAX_RECORD bytes; 0 or a reported exit code. */
-static int
-slurp(const char *path, char **out, size_t *outlen)
-{
-	FILE *f;
-	char *buf = NULL, *nbuf;
-	size_t len = 0, cap = 0, n;
-	int rc = 0;
-
-	if ((f = open_input(path)) == NULL)
-		return EX_NOINPUT;
-	for (;;) {
-		if (cap - len < 4096) {
-			size_t ncap = cap == 0 ? 65536 : cap * 2;
-
-			if (ncap > (size_t)SG_MAX_RECORD + 1)
-				ncap = (size_t)SG_MAX_RECORD + 1;
-			if (ncap <= len) {
-				complain(source_name(path), 0,
-				    "input larger than %u bytes", SG_MAX_RECORD);
-				rc = EX_DATAERR;
-				goto out;
-			}
-			if ((nbuf = realloc(buf, ncap + 1)) == NULL) {
-				complain(NULL, 0, "out of memory");
-				rc = EX_SOFTWARE;
-				goto out;
-			}
-			buf = nbuf;
-			cap = ncap;
-		}
-		if ((n = fread(buf + len, 1, cap - len, f)) == 0)
-			break;
-		len += n;
-	}
-	if (ferror(f)) {
-		complain(source_name(path), 0, "read error: %s", strerror(errno));
-		rc = EX_IOERR;
-		goto out;
-	}
-	if (len > SG_MAX_RECORD) {
-		complain(source_name(path), 0, "input larger than %u bytes",
-		    SG_MAX_RECORD);
-		rc = EX_DATAERR;
-		goto out;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	*outlen = len;
-	buf = NULL;
-out:
-	free(buf);
-	close_input(f);
-	return rc;
-}
-
-/*
- * One line without its newline into *buf (grown up to limit + 1 bytes).
- * Returns 1, 0 at the end, -1 on a read error or ENOMEM; a longer line is
- * consumed and flagged through *toolong.
- */
-static int
-read_line(FILE *f, size_t limit, char **buf, size_t *cap, size_t *len,
-    bool *toolong)
-{
-	size_t n = 0;
-	int ch;
-
-	*toolong = false;
-	while ((ch = getc(f)) != EOF) {
-		if (ch == '\n')
-			break;
-		if (n >= limit) {
-			*toolong = true;
-			continue;
-		}
-		if (n + 1 >= *cap) {
-			size_t ncap = *cap == 0 ? 4096 : *cap * 2;
-			char *nbuf;
-
-			if (ncap > limit + 1)
-				ncap = limit + 1;
-			if ((nbuf = realloc(*buf, ncap)) == NULL)
-				return -1;
-			*buf = nbuf;
-			*cap = ncap;
-		}
-		(*buf)[n++] = (char)ch;
-	}
-	if (ch == EOF && ferror(f))
-		return -1;
-	if (ch == EOF && n == 0 && !*toolong)
-		return 0;
-	if (*buf != NULL)
-		(*buf)[n] = '\0';
-	*len = n;
-	return 1;
-}
-
-static json_t *
-parse_object(const char *text, size_t len, const char *source, long line)
-{
-	json_error_t jerr;
-	json_t *v;
-
-	v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (v == NULL) {
-		if (line > 0)
-			complain(source, line, "%s", jerr.text);
-		else
-			complain(NULL, 0, "%s:%d:%d: %s", source, jerr.line,
-			    jerr.column, jerr.text);
-		return NULL;
-	}
-	if (!json_is_object(v)) {
-		complain(source, line, "expected a JSON object");
-		json_decref(v);
-		return NULL;
-	}
-	return v;
-}
+const char cli_help[] = "\n"
+    "  -H, --header 'name: value'  a request header (repeatable)\n"
+    "      --headers-file FILE     request headers, one \"name: value\" a line\n"
+    "      --endpoint E            chat, completions, responses or embeddings\n"
+    "                              (default chat)\n"
+    "      --routing-key RK        routing key bound by the API key (default none)\n"
+    "  -c, --config FILE           lb-config.json (default: the permissive default)\n"
+    "  -s, --snapshot FILE         snapshot JSON: also classify on the router side\n"
+    "      --last-cluster ID       the last-cluster hint (default: the\n"
+    "                              x-stargate-last-cluster-id header, else none)\n"
+    "      --routing-method M      x-routing-method the gateway sends (default none)\n"
+    "      --elapsed-ms N          elapsed ms since arrival (default 0)\n"
+    "      --seed N                router seed, unsigned 64-bit (default 0)\n"
+    "      --ndjson                read {\"body\",\"headers\",\"endpoint\",\n"
+    "                              \"last_cluster_id\"} lines\n"
+    "  -h, --help                  print this help and exit\n"
+    "      --version               print the version and exit\n";
 
 /* --- headers -------------------------------------------------------------- */
 
@@ -451,23 +251,6 @@ struct run {
 	bool		 bad;		/* some record was bad */
 };
 
-/* A non-negative decimal number of milliseconds ("150", "149.5"). */
-static int
-parse_ms(const char *s, double *out)
-{
-	char *end;
-	double v;
-
-	if (*s == '\0' || strspn(s, "0123456789.") != strlen(s))
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (*end != '\0' || errno != 0 || !(v >= 0.0) || v > 1e15)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* The endpoint named by a request line's path. */
 static int
 endpoint_of_path(const char *p, size_t len, int *endpoint)
@@ -504,7 +287,7 @@ endpoint_of_path(const char *p, size_t len, int *endpoint)
 static int
 load_headers_file(struct run *r, const char *path)
 {
-	const char *source = source_name(path);
+	const char *source = cli_source_name(path);
 	char *buf = NULL, *sp1, *sp2;
 	size_t cap = 0, len;
 	long line = 0;
@@ -512,13 +295,13 @@ load_headers_file(struct run *r, const char *path)
 	FILE *f;
 	int got, rc = 0, hr, ep;
 
-	if ((f = open_input(path)) == NULL)
+	if ((f = cli_open_input(path)) == NULL)
 		return EX_NOINPUT;
-	while ((got = read_line(f, MAX_HEADER_LINE, &buf, &cap, &len,
+	while ((got = cli_read_line(f, MAX_HEADER_LINE, &buf, &cap, &len,
 	    &toolong)) == 1) {
 		line++;
 		if (toolong) {
-			complain(source, line, "line longer than %d bytes",
+			cli_complain(source, line, "line longer than %d bytes",
 			    MAX_HEADER_LINE);
 			rc = EX_DATAERR;
 			goto out;
@@ -533,7 +316,8 @@ load_headers_file(struct run *r, const char *path)
 		    memchr(buf, ':', (size_t)(sp1 - buf)) == NULL) {
 			if (endpoint_of_path(sp1 + 1, (size_t)(sp2 - sp1 - 1),
 			    &ep) != 0) {
-				complain(source, line, "unknown endpoint path");
+				cli_complain(source, line,
+				    "unknown endpoint path");
 				rc = EX_DATAERR;
 				goto out;
 			}
@@ -543,84 +327,20 @@ load_headers_file(struct run *r, const char *path)
 		}
 		if ((hr = hdrs_add_line(&r->hdrs, buf, len)) != 0) {
 			if (hr == -1)
-				complain(source, line,
+				cli_complain(source, line,
 				    "expected \"name: value\"");
 			else
-				complain(source, line, "more than %d headers, "
-				    "or out of memory", MAX_HEADERS);
+				cli_complain(source, line, "more than %d "
+				    "headers, or out of memory", MAX_HEADERS);
 			rc = hr == -1 ? EX_DATAERR : EX_SOFTWARE;
 			goto out;
 		}
 	}
-	if (got < 0) {
-		complain(source, 0, "read error: %s",
-		    ferror(f) ? strerror(errno) : "out of memory");
-		rc = EX_IOERR;
-	}
+	if (got < 0)
+		rc = cli_read_failed(got, source);
 out:
 	free(buf);
-	close_input(f);
-	return rc;
-}
-
-static int
-load_config(struct run *r)
-{
-	sg_error err;
-	char *text = NULL;
-	size_t len;
-	int rc, lrc;
-
-	sg_error_clear(&err);
-	if (r->o->config == NULL) {
-		if ((lrc = sg_lbconf_default(&r->conf, &err)) != 0) {
-			report(NULL, 0, lrc, &err);
-			return EX_SOFTWARE;
-		}
-		return 0;
-	}
-	if ((rc = slurp(r->o->config, &text, &len)) != 0)
-		return rc == EX_DATAERR ? EX_CONFIG : rc;
-	lrc = sg_lbconf_parse(&r->conf, text, len, source_name(r->o->config),
-	    &err);
-	free(text);
-	if (lrc != 0) {
-		complain(source_name(r->o->config), 0, "%s",
-		    err.text[0] != '\0' ? err.text : sg_strerror(lrc));
-		return lrc == SG_ENOMEM ? EX_SOFTWARE : EX_CONFIG;
-	}
-	return 0;
-}
-
-static int
-load_snapshot(struct run *r, const char *path)
-{
-	sg_error err;
-	json_t *v;
-	char *text = NULL;
-	size_t len;
-	int rc, lrc;
-
-	if ((rc = slurp(path, &text, &len)) != 0)
-		return rc;
-	if ((r->snap = sg_snapshot_new()) == NULL) {
-		complain(NULL, 0, "out of memory");
-		rc = EX_SOFTWARE;
-		goto out;
-	}
-	if ((v = parse_object(text, len, source_name(path), 0)) == NULL) {
-		rc = EX_DATAERR;
-		goto out;
-	}
-	sg_error_clear(&err);
-	if ((lrc = sg_snapshot_from_json(r->snap, v, &err)) != 0) {
-		complain(source_name(path), 0, "%s",
-		    err.text[0] != '\0' ? err.text : sg_strerror(lrc));
-		rc = exit_for(lrc);
-	}
-	json_decref(v);
-out:
-	free(text);
+	cli_close_input(f);
 	return rc;
 }
 
@@ -632,15 +352,6 @@ str_or_null(const char *s)
 	return s != NULL ? json_string(s) : json_null();
 }
 
-/* Milliseconds as a JSON integer when whole, else a real. */
-static json_t *
-ms_json(double ms)
-{
-	if (ms >= 0.0 && ms < 9007199254740992.0 && ms == (double)(json_int_t)ms)
-		return json_integer((json_int_t)ms);
-	return json_real(ms);
-}
-
 /* A field of the explanation, copied, or null. */
 static json_t *
 explain_field(const json_t *ex, const char *key)
@@ -648,25 +359,6 @@ explain_field(const json_t *ex, const char *key)
 	const json_t *v = json_object_get(ex, key);
 
 	return v != NULL ? json_deep_copy(v) : json_null();
-}
-
-static int
-emit(json_t *obj, bool flush)
-{
-	char *s;
-	int rc = 0;
-
-	if ((s = json_dumps(obj, JSON_COMPACT)) == NULL) {
-		complain(NULL, 0, "out of memory");
-		return EX_SOFTWARE;
-	}
-	if (fputs(s, stdout) == EOF || putchar('\n') == EOF ||
-	    (flush && fflush(stdout) == EOF)) {
-		complain(NULL, 0, "write error: %s", strerror(errno));
-		rc = EX_IOERR;
-	}
-	free(s);
-	return rc;
 }
 
 /*
@@ -689,10 +381,8 @@ route(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
 
 	sg_request_init(&req);
 	request_id = opt_string(hdrs_get(h, nh, "x-request-id"), &oom);
-	if (oom) {
-		complain(NULL, 0, "out of memory");
-		return EX_SOFTWARE;
-	}
+	if (oom)
+		return cli_oom();
 	req.request_id = request_id != NULL ? request_id : DEFAULT_REQUEST_ID;
 	req.routing_key = id->routing_key;
 	req.model = id->model;
@@ -706,18 +396,16 @@ route(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
 	memset(&d, 0, sizeof(d));
 	if ((lrc = sg_router_decide(r->rt, r->snap, &req, r->o->elapsed_ms, &d,
 	    &err)) != 0) {
-		rc = report(source, line, lrc, &err);
+		rc = cli_report(source, line, lrc, &err, false);
 		goto out;
 	}
 	sg_error_clear(&err);
 	if ((lrc = sg_router_explain(r->rt, r->snap, &req, r->o->elapsed_ms,
 	    &ex, &err)) != 0) {
-		rc = report(source, line, lrc, &err);
+		rc = cli_report(source, line, lrc, &err, false);
 		goto out;
 	}
-	if ((dj = sg_decision_to_json(&d, &req)) == NULL ||
-	    json_object_set_new(dj, "elapsed_ms",
-	    ms_json(r->o->elapsed_ms)) != 0)
+	if ((dj = cli_decision_json(&d, &req, r->o->elapsed_ms)) == NULL)
 		goto oom;
 	ro = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 	    "algorithm", explain_field(ex, "algorithm"),
@@ -741,8 +429,7 @@ route(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
 	ro = NULL;
 	goto out;
 oom:
-	complain(NULL, 0, "out of memory");
-	rc = EX_SOFTWARE;
+	rc = cli_oom();
 out:
 	json_decref(ro);
 	json_decref(ex);
@@ -774,7 +461,7 @@ classify(struct run *r, const json_t *body, int endpoint, const sg_header *h,
 	sg_error_clear(&err);
 	if ((lrc = sg_identity_parse(&id, endpoint, body, h, nh,
 	    r->o->routing_key, &err)) != 0) {
-		rc = report(source, line, lrc, &err);
+		rc = cli_report(source, line, lrc, &err, false);
 		goto out;
 	}
 	obj = json_pack("{s:s, s:o, s:o, s:o, s:b, s:o, s:o, s:I}",
@@ -825,11 +512,10 @@ classify(struct run *r, const json_t *body, int endpoint, const sg_header *h,
 		if (json_object_set_new(obj, "routing", routing) != 0)
 			goto oom;
 	}
-	rc = emit(obj, r->o->ndjson);
+	rc = cli_emit(obj, r->o->ndjson);
 	goto out;
 oom:
-	complain(NULL, 0, "out of memory");
-	rc = EX_SOFTWARE;
+	rc = cli_oom();
 out:
 	json_decref(obj);
 	free(hint);
@@ -840,20 +526,20 @@ out:
 static int
 run_single(struct run *r)
 {
-	const char *source = source_name(r->o->input);
+	const char *source = cli_source_name(r->o->input);
 	char *text = NULL;
 	json_t *body = NULL;
 	size_t len;
 	int rc;
 
-	if ((rc = slurp(r->o->input, &text, &len)) != 0)
+	if ((rc = cli_slurp(r->o->input, &text, &len)) != 0)
 		goto out;
 	if (len == 0 || strspn(text, " \t\r\n") == len) {
-		complain(source, 0, "no request body");
+		cli_complain(source, 0, "no request body");
 		rc = EX_NOINPUT;
 		goto out;
 	}
-	if ((body = parse_object(text, len, source, 0)) == NULL) {
+	if ((body = cli_parse_object(text, len, source, 0)) == NULL) {
 		rc = EX_DATAERR;
 		goto out;
 	}
@@ -868,8 +554,9 @@ out:
 
 /* One stream record; 0, EX_DATAERR (reported) or a fatal exit code. */
 static int
-stream_record(struct run *r, json_t *rec, const char *source, long line)
+stream_record(json_t *rec, const char *source, long line, void *arg)
 {
+	struct run *r = arg;
 	struct hdrs hs;
 	const char *key, *hint = NULL;
 	json_t *val, *body, *hdrs, *ep, *lc;
@@ -880,26 +567,26 @@ stream_record(struct run *r, json_t *rec, const char *source, long line)
 		if (strcmp(key, "body") != 0 && strcmp(key, "headers") != 0 &&
 		    strcmp(key, "endpoint") != 0 &&
 		    strcmp(key, "last_cluster_id") != 0) {
-			complain(source, line, "%s: unknown field", key);
+			cli_complain(source, line, "%s: unknown field", key);
 			return EX_DATAERR;
 		}
 	}
 	body = json_object_get(rec, "body");
 	if (!json_is_object(body)) {
-		complain(source, line, "body: expected an object");
+		cli_complain(source, line, "body: expected an object");
 		return EX_DATAERR;
 	}
 	if ((ep = json_object_get(rec, "endpoint")) != NULL &&
 	    (!json_is_string(ep) ||
 	    sg_endpoint_parse(json_string_value(ep), &endpoint) != 0)) {
-		complain(source, line, "endpoint: expected chat, completions, "
-		    "responses or embeddings");
+		cli_complain(source, line, "endpoint: expected chat, "
+		    "completions, responses or embeddings");
 		return EX_DATAERR;
 	}
 	if ((lc = json_object_get(rec, "last_cluster_id")) != NULL &&
 	    !json_is_null(lc)) {
 		if (!json_is_string(lc)) {
-			complain(source, line,
+			cli_complain(source, line,
 			    "last_cluster_id: expected a string");
 			return EX_DATAERR;
 		}
@@ -909,14 +596,16 @@ stream_record(struct run *r, json_t *rec, const char *source, long line)
 	if ((hdrs = json_object_get(rec, "headers")) != NULL &&
 	    !json_is_null(hdrs)) {
 		if (!json_is_object(hdrs)) {
-			complain(source, line, "headers: expected an object");
+			cli_complain(source, line,
+			    "headers: expected an object");
 			return EX_DATAERR;
 		}
 		json_object_foreach(hdrs, key, val) {
 			if (!json_is_string(val) || *key == '\0' ||
 			    !is_token(key)) {
-				complain(source, line, "headers.%s: expected "
-				    "a header name and a string value", key);
+				cli_complain(source, line, "headers.%s: "
+				    "expected a header name and a string value",
+				    key);
 				return EX_DATAERR;
 			}
 		}
@@ -931,62 +620,11 @@ stream_record(struct run *r, json_t *rec, const char *source, long line)
 	rc = classify(r, body, endpoint, hs.h, hs.n, hint, source, line);
 	goto out;
 full:
-	complain(source, line, "more than %d headers, or out of memory",
+	cli_complain(source, line, "more than %d headers, or out of memory",
 	    MAX_HEADERS);
 	rc = EX_DATAERR;
 out:
 	hdrs_free(&hs);
-	return rc;
-}
-
-static int
-run_stream(struct run *r)
-{
-	const char *source = source_name(r->o->input);
-	char *buf = NULL;
-	size_t cap = 0, len;
-	long line = 0;
-	bool toolong, any = false;
-	json_t *rec;
-	FILE *f;
-	int rc = 0, got;
-
-	if ((f = open_input(r->o->input)) == NULL)
-		return EX_NOINPUT;
-	while ((got = read_line(f, SG_MAX_RECORD, &buf, &cap, &len,
-	    &toolong)) == 1) {
-		line++;
-		any = true;
-		if (toolong) {
-			complain(source, line, "record larger than %u bytes",
-			    SG_MAX_RECORD);
-			r->bad = true;
-			continue;
-		}
-		if (len == 0 || strspn(buf, " \t\r") == len)
-			continue;
-		if ((rec = parse_object(buf, len, source, line)) == NULL) {
-			r->bad = true;
-			continue;
-		}
-		rc = stream_record(r, rec, source, line);
-		json_decref(rec);
-		if (rc == EX_DATAERR) {
-			r->bad = true;
-			rc = 0;
-		} else if (rc != 0)
-			break;
-	}
-	if (got < 0) {
-		complain(source, 0, "read error: %s",
-		    ferror(f) ? strerror(errno) : "out of memory");
-		rc = EX_IOERR;
-	} else if (rc == 0 && !any) {
-		complain(source, 0, "no input");
-		rc = EX_NOINPUT;
-	}
-	free(buf);
-	close_input(f);
 	return rc;
 }
 
@@ -997,8 +635,7 @@ main(int argc, char *argv[])
 {
 	struct opts o;
 	struct run r;
-	sg_error err;
-	int ch, rc = 0, lrc, hr;
+	int ch, rc = 0, hr;
 
 	memset(&o, 0, sizeof(o));
 	memset(&r, 0, sizeof(r));
@@ -1014,21 +651,18 @@ main(int argc, char *argv[])
 		case 'H':
 			if ((hr = hdrs_add_line(&r.hdrs, optarg,
 			    strlen(optarg))) != 0) {
-				if (hr == -1) {
-					complain(NULL, 0, "-H: expected "
-					    "'name: value', got '%s'", optarg);
-					hdrs_free(&r.hdrs);
-					usage(EX_USAGE);
-				}
-				complain(NULL, 0, "-H: more than %d headers, "
-				    "or out of memory", MAX_HEADERS);
 				hdrs_free(&r.hdrs);
+				if (hr == -1)
+					cli_usage_error("-H: expected "
+					    "'name: value', got '%s'", optarg);
+				cli_complain(NULL, 0, "-H: more than %d "
+				    "headers, or out of memory", MAX_HEADERS);
 				return EX_SOFTWARE;
 			}
 			break;
 		case 'h':
 			hdrs_free(&r.hdrs);
-			usage(EX_OK);
+			cli_usage(EX_OK);
 		case 's':
 			o.snapshot = optarg;
 			break;
@@ -1037,11 +671,10 @@ main(int argc, char *argv[])
 			break;
 		case OPT_ENDPOINT:
 			if (sg_endpoint_parse(optarg, &o.endpoint) != 0) {
-				complain(NULL, 0, "--endpoint: expected chat, "
+				hdrs_free(&r.hdrs);
+				cli_usage_error("--endpoint: expected chat, "
 				    "completions, responses or embeddings, "
 				    "got '%s'", optarg);
-				hdrs_free(&r.hdrs);
-				usage(EX_USAGE);
 			}
 			o.has_endpoint = true;
 			break;
@@ -1057,21 +690,17 @@ main(int argc, char *argv[])
 			o.route_opts = true;
 			break;
 		case OPT_ELAPSED:
-			if (parse_ms(optarg, &o.elapsed_ms) != 0) {
-				complain(NULL, 0, "--elapsed-ms: expected a "
-				    "non-negative number, got '%s'", optarg);
+			if (cli_opt_ms("--elapsed-ms", optarg,
+			    &o.elapsed_ms) != 0) {
 				hdrs_free(&r.hdrs);
-				usage(EX_USAGE);
+				cli_usage(EX_USAGE);
 			}
 			o.route_opts = true;
 			break;
 		case OPT_SEED:
-			if (sg_parse_u64(optarg, strlen(optarg), UINT64_MAX,
-			    &o.seed) != 0) {
-				complain(NULL, 0, "--seed: expected an unsigned "
-				    "64-bit integer, got '%s'", optarg);
+			if (cli_opt_u64("--seed", optarg, &o.seed) != 0) {
 				hdrs_free(&r.hdrs);
-				usage(EX_USAGE);
+				cli_usage(EX_USAGE);
 			}
 			o.route_opts = true;
 			break;
@@ -1080,61 +709,52 @@ main(int argc, char *argv[])
 			break;
 		case OPT_VERSION:
 			hdrs_free(&r.hdrs);
-			printf("%s %s\n", progname, SG_VERSION);
-			return fflush(stdout) == EOF || ferror(stdout) ?
-			    EX_IOERR : EX_OK;
+			return cli_version();
 		default:
 			hdrs_free(&r.hdrs);
-			usage(EX_USAGE);
+			cli_usage(EX_USAGE);
 		}
 	}
 	argc -= optind;
 	argv += optind;
 	if (argc > 1) {
-		complain(NULL, 0, "at most one input operand");
 		hdrs_free(&r.hdrs);
-		usage(EX_USAGE);
+		cli_usage_error("at most one input operand");
 	}
 	o.input = argc == 1 ? argv[0] : NULL;
 	if (o.route_opts && o.snapshot == NULL) {
-		complain(NULL, 0, "-c, --last-cluster, --routing-method, "
+		hdrs_free(&r.hdrs);
+		cli_usage_error("-c, --last-cluster, --routing-method, "
 		    "--elapsed-ms and --seed need -s snapshot.json");
-		hdrs_free(&r.hdrs);
-		usage(EX_USAGE);
 	}
-	if ((o.input == NULL || strcmp(o.input, "-") == 0) &&
-	    ((o.snapshot != NULL && strcmp(o.snapshot, "-") == 0) ||
-	    (o.headers_file != NULL && strcmp(o.headers_file, "-") == 0) ||
-	    (o.config != NULL && strcmp(o.config, "-") == 0))) {
-		complain(NULL, 0, "only the request can be read from stdin");
+	if (cli_is_stdin(o.input) &&
+	    ((o.snapshot != NULL && cli_is_stdin(o.snapshot)) ||
+	    (o.headers_file != NULL && cli_is_stdin(o.headers_file)) ||
+	    (o.config != NULL && cli_is_stdin(o.config)))) {
 		hdrs_free(&r.hdrs);
-		usage(EX_USAGE);
+		cli_usage_error("only the request can be read from stdin");
 	}
 
 	if (o.headers_file != NULL &&
 	    (rc = load_headers_file(&r, o.headers_file)) != 0)
 		goto out;
 	if (o.snapshot != NULL) {
-		if ((rc = load_config(&r)) != 0)
+		if ((rc = cli_load_router(o.config, o.seed, &r.conf,
+		    &r.rt)) != 0)
 			goto out;
-		sg_error_clear(&err);
-		if ((lrc = sg_router_new(&r.rt, r.conf, o.seed, &err)) != 0) {
-			report(NULL, 0, lrc, &err);
-			rc = lrc == SG_ECONFIG ? EX_CONFIG : EX_SOFTWARE;
+		if ((r.snap = sg_snapshot_new()) == NULL) {
+			rc = cli_oom();
 			goto out;
 		}
-		if ((rc = load_snapshot(&r, o.snapshot)) != 0)
+		if ((rc = cli_load_snapshot(o.snapshot, r.snap)) != 0)
 			goto out;
 	}
-	rc = o.ndjson ? run_stream(&r) : run_single(&r);
+	rc = o.ndjson ? cli_stream(o.input, CLI_NEED_INPUT, stream_record, &r,
+	    &r.bad) : run_single(&r);
 	if (rc == 0 && r.bad)
 		rc = EX_DATAERR;
 out:
-	if (fflush(stdout) == EOF || ferror(stdout)) {
-		if (rc != EX_IOERR)
-			complain(NULL, 0, "write error: %s", strerror(errno));
-		rc = EX_IOERR;
-	}
+	rc = cli_finish(rc);
 	sg_snapshot_free(r.snap);
 	sg_router_free(r.rt);
 	sg_lbconf_free(r.conf);

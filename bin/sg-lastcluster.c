@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +21,9 @@
 
 #include "sg_common.h"
 #include "sg_store.h"
+#include "common/cli.h"
 
-static const char *progname = "sg-lastcluster";
+const char cli_progname[] = "sg-lastcluster";
 
 enum {
 	OPT_HELP = CHAR_MAX + 1,
@@ -47,50 +47,34 @@ static const struct option longopts[] = {
 	{ NULL,			0,			NULL,	0 }
 };
 
-static void __attribute__((noreturn))
-usage(int status)
-{
-	fprintf(status == EX_OK ? stdout : stderr,
-	    "usage: %s [-h] [-d dir] [--ttl dur] [--max-entries n]\n"
-	    "           [--map-size bytes] [--max-readers n] [--sync]\n"
-	    "           command [arg ...]\n"
-	    "commands:\n"
-	    "  key routing_key model affinity_key\n"
-	    "  get key | get --session routing_key model affinity_key | "
-	    "get --stdin\n"
-	    "  put key cluster_id\n"
-	    "  del key\n"
-	    "  list\n"
-	    "  stats\n"
-	    "  compact\n"
-	    "  dump\n"
-	    "  load [--progress]\n"
-	    "options (defaults):\n"
-	    "  -d, --dir dir        store directory ($STARGATE_LAST_CLUSTER_STORE,\n"
-	    "                       else " SG_STORE_DEFAULT_PATH ")\n"
-	    "  --ttl dur            entry TTL ($STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
-	    "  --max-entries n      capacity "
-	    "($STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES,\n"
-	    "                       else 100000)\n"
-	    "  --map-size bytes     initial LMDB map size (64m, grows)\n"
-	    "  --max-readers n      LMDB reader slots (126)\n"
-	    "  --sync               make every group commit durable (off)\n"
-	    "  -h, --help           this text; --version: the version\n",
-	    progname);
-	exit(status);
-}
+/* The whole text, for -h and for bad usage alike. */
+const char cli_synopsis[] =
+    "[-h] [-d dir] [--ttl dur] [--max-entries n]\n"
+    "           [--map-size bytes] [--max-readers n] [--sync]\n"
+    "           command [arg ...]\n"
+    "commands:\n"
+    "  key routing_key model affinity_key\n"
+    "  get key | get --session routing_key model affinity_key | get --stdin\n"
+    "  put key cluster_id\n"
+    "  del key\n"
+    "  list\n"
+    "  stats\n"
+    "  compact\n"
+    "  dump\n"
+    "  load [--progress]\n"
+    "options (defaults):\n"
+    "  -d, --dir dir        store directory ($STARGATE_LAST_CLUSTER_STORE,\n"
+    "                       else " SG_STORE_DEFAULT_PATH ")\n"
+    "  --ttl dur            entry TTL ($STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
+    "  --max-entries n      capacity "
+    "($STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES,\n"
+    "                       else 100000)\n"
+    "  --map-size bytes     initial LMDB map size (64m, grows)\n"
+    "  --max-readers n      LMDB reader slots (126)\n"
+    "  --sync               make every group commit durable (off)\n"
+    "  -h, --help           this text; --version: the version\n";
 
-static void __attribute__((format(printf, 1, 2)))
-warnx_(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", progname);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
+const char cli_help[] = "";
 
 /* Exit status for a library failure; opening says which phase failed. */
 enum phase { PH_RUN, PH_OPEN_READ, PH_OPEN_CREATE };
@@ -127,11 +111,12 @@ static int
 fail(int rc, enum phase ph, const sg_error *e, const char *what)
 {
 	if (e != NULL && e->text[0] != '\0' && what == NULL)
-		warnx_("%s", e->text);
+		cli_complain(NULL, 0, "%s", e->text);
 	else if (e != NULL && e->text[0] != '\0')
-		warnx_("%s: %s", what, e->text);
+		cli_complain(NULL, 0, "%s: %s", what, e->text);
 	else
-		warnx_("%s: %s", what != NULL ? what : "store", sg_strerror(rc));
+		cli_complain(NULL, 0, "%s: %s", what != NULL ? what : "store",
+		    sg_strerror(rc));
 	return exit_for(rc, ph);
 }
 
@@ -180,28 +165,21 @@ parse_bytes(const char *s, uint64_t *n)
 
 /* --- output -------------------------------------------------------------- */
 
+/*
+ * Print o, a new reference (NULL: json_pack failed), as one line (flush:
+ * and flush), and drop it.  Returns 0, or a reported EX_IOERR or
+ * EX_SOFTWARE.
+ */
 static int
-emit(json_t *o)
+emit(json_t *o, bool flush)
 {
 	int rc;
 
 	if (o == NULL)
-		return -1;
-	rc = json_dumpf(o, stdout, JSON_COMPACT);
+		return cli_oom();
+	rc = cli_emit(o, flush);
 	json_decref(o);
-	if (rc != 0 || fputc('\n', stdout) == EOF)
-		return -1;
-	return 0;
-}
-
-static int
-finish(int status)
-{
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		warnx_("write error: %s", strerror(errno));
-		return EX_IOERR;
-	}
-	return status;
+	return rc;
 }
 
 /* --- commands ------------------------------------------------------------ */
@@ -230,7 +208,8 @@ key_ok(const char *k)
 {
 	if (sg_lc_key_valid(k, strlen(k)))
 		return true;
-	warnx_("bad key: expected lc:v1: followed by 64 lowercase hex digits");
+	cli_complain(NULL, 0,
+	    "bad key: expected lc:v1: followed by 64 lowercase hex digits");
 	return false;
 }
 
@@ -240,12 +219,12 @@ cmd_key(int argc, char *argv[])
 	char k[SG_LC_KEY_LEN + 1];
 
 	if (argc != 4)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	sg_lc_key(k, argv[1], strlen(argv[1]), argv[2], strlen(argv[2]),
 	    argv[3], strlen(argv[3]));
 	if (puts(k) == EOF)
-		return finish(EX_IOERR);
-	return finish(EX_OK);
+		return cli_write_error();
+	return cli_finish(EX_OK);
 }
 
 static int
@@ -255,7 +234,7 @@ get_stdin(struct ctx *c)
 	size_t cap = 0;
 	ssize_t len;
 	long lineno = 0;
-	int status = EX_OK, rc;
+	int status = EX_OK, rc, st;
 
 	while ((len = getline(&line, &cap, stdin)) != -1) {
 		sg_store_entry ent;
@@ -268,7 +247,7 @@ get_stdin(struct ctx *c)
 		if (len == 0)
 			continue;
 		if (!sg_lc_key_valid(line, (size_t)len)) {
-			warnx_("<stdin>:%ld: bad key", lineno);
+			cli_complain("<stdin>", lineno, "bad key");
 			status = EX_DATAERR;
 			continue;
 		}
@@ -281,8 +260,8 @@ get_stdin(struct ctx *c)
 		    rc == 0 ? json_stringn(ent.cluster_id, ent.cluster_id_len) :
 		    json_null());
 		/* One answer per question, at once: usable as a coprocess. */
-		if (emit(o) != 0 || fflush(stdout) != 0) {
-			status = EX_IOERR;
+		if ((st = emit(o, true)) != 0) {
+			status = st;
 			break;
 		}
 	}
@@ -301,7 +280,7 @@ cmd_get(struct ctx *c, int argc, char *argv[])
 	if (argc == 2 && strcmp(argv[1], "--stdin") == 0) {
 		if ((st = open_store(c, false)) != EX_OK)
 			return st;
-		return finish(get_stdin(c));
+		return cli_finish(get_stdin(c));
 	}
 	if (argc == 5 && strcmp(argv[1], "--session") == 0) {
 		sg_lc_key(kbuf, argv[2], strlen(argv[2]), argv[3],
@@ -312,7 +291,7 @@ cmd_get(struct ctx *c, int argc, char *argv[])
 		if (!key_ok(k))
 			return EX_DATAERR;
 	} else
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if ((st = open_store(c, false)) != EX_OK)
 		return st;
 	rc = sg_store_lookup(c->s, k, strlen(k), &ent, &c->e);
@@ -322,8 +301,8 @@ cmd_get(struct ctx *c, int argc, char *argv[])
 		return fail(rc, PH_RUN, &c->e, "lookup");
 	if (fwrite(ent.cluster_id, 1, ent.cluster_id_len, stdout) !=
 	    ent.cluster_id_len || fputc('\n', stdout) == EOF)
-		return finish(EX_IOERR);
-	return finish(EX_OK);
+		return cli_write_error();
+	return cli_finish(EX_OK);
 }
 
 static int
@@ -332,12 +311,12 @@ cmd_put(struct ctx *c, int argc, char *argv[])
 	int rc, st;
 
 	if (argc != 3)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if (!key_ok(argv[1]))
 		return EX_DATAERR;
 	if (!sg_lc_cluster_id_valid(argv[2], strlen(argv[2]))) {
-		warnx_("invalid cluster id: must be 1..%d bytes of printable "
-		    "ASCII", SG_ID_MAX);
+		cli_complain(NULL, 0, "invalid cluster id: must be 1..%d bytes "
+		    "of printable ASCII", SG_ID_MAX);
 		return EX_DATAERR;
 	}
 	if ((st = open_store(c, true)) != EX_OK)
@@ -356,7 +335,7 @@ cmd_del(struct ctx *c, int argc, char *argv[])
 	int rc, st, found;
 
 	if (argc != 2)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if (!key_ok(argv[1]))
 		return EX_DATAERR;
 	if ((st = open_store(c, false)) != EX_OK)
@@ -371,33 +350,41 @@ cmd_del(struct ctx *c, int argc, char *argv[])
 	return found ? EX_OK : EXIT_FAILURE;
 }
 
+struct list_arg {
+	bool	dump;		/* dump: written_ms, else list: age_ms */
+	int	status;		/* a failed output's exit code (reported) */
+};
+
 static int
 list_fn(const sg_store_entry *e, void *arg)
 {
-	bool dump = *(bool *)arg;
+	struct list_arg *la = arg;
 	json_t *o;
 
 	o = json_pack("{s:s, s:s%, s:I}", "key", e->key, "cluster_id",
-	    e->cluster_id, e->cluster_id_len, dump ? "written_ms" : "age_ms",
-	    (json_int_t)(dump ? e->written_ms : e->age_ms));
-	return emit(o) != 0 ? EIO : 0;
+	    e->cluster_id, e->cluster_id_len,
+	    la->dump ? "written_ms" : "age_ms",
+	    (json_int_t)(la->dump ? e->written_ms : e->age_ms));
+	la->status = emit(o, false);
+	return la->status != 0 ? EIO : 0;
 }
 
 static int
 cmd_list(struct ctx *c, int argc, bool dump)
 {
+	struct list_arg la = { dump, EX_OK };
 	int rc, st;
 
 	if (argc != 1)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if ((st = open_store(c, false)) != EX_OK)
 		return st;
-	rc = sg_store_iterate(c->s, false, list_fn, &dump, &c->e);
-	if (rc == EIO)
-		return finish(EX_IOERR);
+	rc = sg_store_iterate(c->s, false, list_fn, &la, &c->e);
+	if (la.status != EX_OK)
+		return cli_finish(la.status);
 	if (rc != 0)
 		return fail(rc, PH_RUN, &c->e, dump ? "dump" : "list");
-	return finish(EX_OK);
+	return cli_finish(EX_OK);
 }
 
 static int
@@ -408,7 +395,7 @@ cmd_stats(struct ctx *c, int argc)
 	int rc, st;
 
 	if (argc != 1)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if ((st = open_store(c, false)) != EX_OK)
 		return st;
 	if ((rc = sg_store_stats_get(c->s, &s, &c->e)) != 0)
@@ -431,9 +418,7 @@ cmd_stats(struct ctx *c, int argc)
 	    "readers_used", (json_int_t)s.readers_used,
 	    "stale_readers_cleared", (json_int_t)s.stale_readers,
 	    "generation", (json_int_t)s.generation);
-	if (emit(o) != 0)
-		return finish(EX_IOERR);
-	return finish(EX_OK);
+	return cli_finish(emit(o, false));
 }
 
 static int
@@ -444,7 +429,7 @@ cmd_compact(struct ctx *c, int argc)
 	int rc, st;
 
 	if (argc != 1)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if ((st = open_store(c, false)) != EX_OK)
 		return st;
 	if ((rc = sg_store_compact(c->s, &r, &c->e)) != 0)
@@ -457,9 +442,7 @@ cmd_compact(struct ctx *c, int argc)
 	    "bytes_after", (json_int_t)r.bytes_after,
 	    "generation", (json_int_t)r.generation,
 	    "swapped", r.swapped);
-	if (emit(o) != 0)
-		return finish(EX_IOERR);
-	return finish(EX_OK);
+	return cli_finish(emit(o, false));
 }
 
 /*
@@ -543,7 +526,7 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 		c->o.on_commit = progress_fn;
 		fflush(stdout);
 	} else if (argc != 1)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	if ((st = open_store(c, true)) != EX_OK)
 		return st;
 	while ((len = getline(&line, &cap, stdin)) != -1) {
@@ -555,7 +538,7 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 		if (strspn(line, " \t\r\n") == (size_t)len)
 			continue;
 		if (len > (ssize_t)SG_MAX_RECORD) {
-			warnx_("<stdin>:%ld: record too long", lineno);
+			cli_complain("<stdin>", lineno, "record too long");
 			status = EX_DATAERR;
 			skipped++;
 			continue;
@@ -563,7 +546,7 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 		rec = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES,
 		    &jerr);
 		if (rec == NULL || !json_is_object(rec)) {
-			warnx_("<stdin>:%ld: %s", lineno,
+			cli_complain("<stdin>", lineno, "%s",
 			    rec == NULL ? jerr.text : "not a JSON object");
 			json_decref(rec);
 			status = EX_DATAERR;
@@ -573,7 +556,7 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 		rc = load_one(c, rec, &why);
 		json_decref(rec);
 		if (rc == SG_EINVAL && why != NULL) {
-			warnx_("<stdin>:%ld: %s", lineno, why);
+			cli_complain("<stdin>", lineno, "%s", why);
 			status = EX_DATAERR;
 			skipped++;
 			continue;
@@ -586,17 +569,17 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 	}
 	free(line);
 	if (ferror(stdin)) {
-		warnx_("read error: %s", strerror(errno));
+		cli_complain(NULL, 0, "read error: %s", strerror(errno));
 		return EX_IOERR;
 	}
 	if ((rc = sg_store_flush(c->s, &c->e)) != 0)
 		return fail(rc, PH_RUN, &c->e, "load");
 	if (progress_failed)
-		return finish(EX_IOERR);
-	if (emit(json_pack("{s:I, s:I}", "loaded", (json_int_t)loaded,
-	    "skipped", (json_int_t)skipped)) != 0)
-		return finish(EX_IOERR);
-	return finish(status);
+		return cli_finish(EX_IOERR);
+	if ((st = emit(json_pack("{s:I, s:I}", "loaded", (json_int_t)loaded,
+	    "skipped", (json_int_t)skipped), false)) != 0)
+		return cli_finish(st);
+	return cli_finish(status);
 }
 
 /* --- main ---------------------------------------------------------------- */
@@ -610,13 +593,15 @@ env_opts(sg_store_opts *o)
 		o->path = v;
 	if ((v = getenv("STARGATE_LAST_CLUSTER_TTL")) != NULL && *v != '\0' &&
 	    parse_ttl(v, &o->ttl_ms) != 0) {
-		warnx_("STARGATE_LAST_CLUSTER_TTL: not a duration > 0: '%s'", v);
+		cli_complain(NULL, 0,
+		    "STARGATE_LAST_CLUSTER_TTL: not a duration > 0: '%s'", v);
 		return -1;
 	}
 	if ((v = getenv("STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES")) != NULL &&
 	    *v != '\0' && parse_count(v, &o->max_entries) != 0) {
-		warnx_("STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES: not an "
-		    "integer > 0: '%s'", v);
+		cli_complain(NULL, 0,
+		    "STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES: not an integer "
+		    "> 0: '%s'", v);
 		return -1;
 	}
 	return 0;
@@ -638,28 +623,25 @@ main(int argc, char *argv[])
 		switch (ch) {
 		case 'd':
 			if (*optarg == '\0')
-				usage(EX_USAGE);
+				cli_usage(EX_USAGE);
 			c.o.path = optarg;
 			break;
 		case OPT_TTL:
 			if (parse_ttl(optarg, &c.o.ttl_ms) != 0) {
-				warnx_("--ttl: not a duration > 0: '%s'",
-				    optarg);
-				usage(EX_USAGE);
+				cli_usage_error("--ttl: not a duration > 0: "
+				    "'%s'", optarg);
 			}
 			break;
 		case OPT_MAX_ENTRIES:
 			if (parse_count(optarg, &c.o.max_entries) != 0) {
-				warnx_("--max-entries: not an integer > 0: "
-				    "'%s'", optarg);
-				usage(EX_USAGE);
+				cli_usage_error("--max-entries: not an "
+				    "integer > 0: '%s'", optarg);
 			}
 			break;
 		case OPT_MAP_SIZE:
 			if (parse_bytes(optarg, &c.o.map_size) != 0) {
-				warnx_("--map-size: not a size > 0: '%s'",
-				    optarg);
-				usage(EX_USAGE);
+				cli_usage_error("--map-size: not a size > 0: "
+				    "'%s'", optarg);
 			}
 			if (c.o.map_size > c.o.map_size_max)
 				c.o.map_size_max = c.o.map_size;
@@ -668,9 +650,8 @@ main(int argc, char *argv[])
 			uint64_t n;
 
 			if (parse_count(optarg, &n) != 0 || n > 100000) {
-				warnx_("--max-readers: not an integer in "
-				    "1..100000: '%s'", optarg);
-				usage(EX_USAGE);
+				cli_usage_error("--max-readers: not an "
+				    "integer in 1..100000: '%s'", optarg);
 			}
 			c.o.max_readers = (unsigned)n;
 			break;
@@ -680,18 +661,17 @@ main(int argc, char *argv[])
 			break;
 		case 'h':
 		case OPT_HELP:
-			usage(EX_OK);
+			cli_usage(EX_OK);
 		case OPT_VERSION:
-			printf("%s %s\n", progname, SG_VERSION);
-			return finish(EX_OK);
+			return cli_version();
 		default:
-			usage(EX_USAGE);
+			cli_usage(EX_USAGE);
 		}
 	}
 	argc -= optind;
 	argv += optind;
 	if (argc < 1)
-		usage(EX_USAGE);
+		cli_usage(EX_USAGE);
 	cmd = argv[0];
 	if (strcmp(cmd, "key") == 0)
 		status = cmd_key(argc, argv);
@@ -712,8 +692,7 @@ main(int argc, char *argv[])
 	else if (strcmp(cmd, "load") == 0)
 		status = cmd_load(&c, argc, argv);
 	else {
-		warnx_("unknown command '%s'", cmd);
-		usage(EX_USAGE);
+		cli_usage_error("unknown command '%s'", cmd);
 	}
 	sg_store_close(c.s);
 	return status;
