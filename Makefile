@@ -48,6 +48,8 @@ LIBOBJ   := $(LIBSRC:%.c=$(O)/%.o)
 PROGSRC  := $(sort $(wildcard bin/*.c))
 PROGS    := $(PROGSRC:bin/%.c=$(O)/bin/%)
 # Every program also links the shared program code in bin/common/.
+TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
+TOOLHDR    := $(sort $(wildcard tools/*/*.h))
 PROGCOMMON := $(sort $(wildcard bin/common/*.c))
 PROGHDR    := $(sort $(wildcard bin/common/*.h))
 PROGCOMMONOBJ := $(PROGCOMMON:%.c=$(O)/%.o)
@@ -110,8 +112,6 @@ $(PROGS): $(O)/bin/%: $(O)/bin/%.o $(PROGCOMMONOBJ) $(O)/libstargate.a
 	$(CC) $(SG_LDFLAGS) -o $@ $< $(PROGCOMMONOBJ) $(O)/libstargate.a $(DEPLIBS)
 
 # A tool is every .c file in tools/<name>/ plus the shared tools/common/*.c.
-TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
-TOOLHDR    := $(sort $(wildcard tools/*/*.h))
 .SECONDEXPANSION:
 # (No % inside: a pattern rule would put the stem there.)
 $(TOOLS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON))) $(O)/libstargate.a
