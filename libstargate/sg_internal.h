@@ -22,6 +22,11 @@
 #include "sg_request.h"
 #include "sg_snapshot.h"
 
+/* --- snapshots ------------------------------------------------------------ */
+
+/* The clusters as one array of sg_snapshot_count() entries (hot loops). */
+const sg_cluster *sgi_snapshot_clusters(const sg_snapshot *s);
+
 /* --- estimates (ref §2.4) ------------------------------------------------ */
 
 /*
@@ -210,6 +215,46 @@ uint64_t sgi_rng_next(sgi_rng *g);
 /* Uniform in [0, n), n > 0, unbiased. */
 uint64_t sgi_rng_below(sgi_rng *g, uint64_t n);
 
+/* --- the pulsar ranking cache (sg_rcache.c) ------------------------------- */
+
+typedef struct sgi_rcache sgi_rcache;
+
+enum {
+	SGI_RC_BYPASS,		/* not cacheable (long prefix, no memory) */
+	SGI_RC_HIT,		/* *rank, *nr hold the ranking */
+	SGI_RC_MISS,		/* compute it; do not store */
+	SGI_RC_STORE,		/* compute the full ranking and store it */
+};
+
+/* A lookup's state, for the store that may follow it. */
+typedef struct sgi_rclookup {
+	int			 state;
+	uint64_t		 h, gen;
+	size_t			 n, slot;
+	const sgi_hashbuf	*prefix;
+} sgi_rclookup;
+
+struct sgi_rcache_stats {
+	uint64_t	hits, misses, stores, weight_changes;
+	size_t		entries, capacity, bytes;
+};
+
+sgi_rcache	*sgi_rcache_new(void);		/* NULL on ENOMEM */
+void		 sgi_rcache_free(sgi_rcache *rc);	/* NULL is a no-op */
+/*
+ * Look up the ranking of definition d over snap for this pulsar hash prefix
+ * (sgi_pulsar_prefix).  On SGI_RC_HIT, rank[0..nr) is the ranking, valid
+ * until the next call.  rc may be NULL (SGI_RC_BYPASS).
+ */
+int		 sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d,
+		    const sg_snapshot *snap, const sgi_hashbuf *prefix,
+		    sgi_rclookup *lk, const uint16_t **rank, size_t *nr);
+/* After SGI_RC_STORE: keep order[0..nr); returns the stored copy. */
+const uint16_t	*sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk,
+		    const size_t *order, size_t nr);
+void		 sgi_rcache_stats(const sgi_rcache *rc,
+		    struct sgi_rcache_stats *st);
+
 /* --- algorithms ------------------------------------------------------------ */
 
 /*
@@ -226,10 +271,12 @@ typedef struct sgi_scratch {
 	 * ranking cache) that the fast paths must agree with exactly.
 	 */
 	bool		 reference;
+	sgi_rcache	*rcache;	/* pulsar rankings; NULL: none (owned) */
 	size_t		*idx;		/* index lists */
 	size_t		*idx2;
 	size_t		*order;		/* affinity order / ranking */
 	double		*d1, *d2, *d3;	/* per-candidate estimates */
+	unsigned char	*flag;		/* per candidate: queue capacity */
 	uint64_t	*ring_hash;	/* ring entries, sorted */
 	uint32_t	*ring_idx;	/* candidate of each entry */
 	uint32_t	*mark;		/* generation stamps per candidate */
@@ -286,7 +333,29 @@ int	sgi_pulsar_waw(sgi_ctx *x, sg_decision *out);
  * pulsar, pulsar-wait-and-widen and input-work admission.
  */
 size_t	sgi_pulsar_rank(sgi_ctx *x, size_t *order);
+#if SIZE_MAX >= UINT64_MAX
+/*
+ * Sort 64-bit keys ascending (insertion sort when short, LSD radix with
+ * tmp[0..n) when long).  Callers pack a truncated sort key above a
+ * candidate index in the low 12 bits (SG_MAX_CANDIDATES = 4096) and
+ * re-sort runs of equal truncated keys exactly.
+ */
+#define SGI_KEY_IDX_BITS	12
+void	sgi_sort_keys(size_t *a, size_t *tmp, size_t n);
+#endif
+
+/* The KV part of pulsar feasibility: 0 room, 2 KV skip. */
+int	sgi_pulsar_kv_room(const sgi_ctx *x, size_t i);
+
 /* Pulsar feasibility (§4.6): 0 eligible, 1 retry-excluded, 2 KV skip. */
-int	sgi_pulsar_feasible(sgi_ctx *x, size_t i);
+static inline int
+sgi_pulsar_feasible(const sgi_ctx *x, size_t i)
+{
+	if (x->scratch->excluded[i])
+		return 1;
+	if (!x->def->consider_kv_free_tokens)
+		return 0;
+	return sgi_pulsar_kv_room(x, i);
+}
 
 #endif /* SG_INTERNAL_H */

@@ -12,6 +12,14 @@
  * a decision allocates nothing in steady state).  Everything else is a pure
  * function of (router seed, definition, snapshot, request, elapsed).
  *
+ * Caches never change a decision, only its cost: the consistent-hash ring
+ * (keyed on the snapshot's ids version, sg_waw.c), the pulsar ranking cache
+ * (sg_rcache.c, on by default, sg_router_set_cache) and the last resolution
+ * of (model, no x-routing-method) to a definition (the configuration is
+ * immutable, so the memo holds for the router's lifetime).  Exclusions are
+ * marked in a per-candidate array that is cleared only where the previous
+ * decision marked it.
+ *
  * Deadlines.  The wait deadline is min(x-max-wait-ms, 60000) from arrival,
  * or 60000 without the header.  An algorithm's timed wait is clamped to it;
  * a wait decided at or after it is a 503.  An Unavailable answer polls
@@ -66,10 +74,30 @@ sg_router_new(sg_router **out, const sg_lbconf *conf, uint64_t seed,
 		free(rt);
 		return sg_seterr(err, SG_ENOMEM, "router: out of memory");
 	}
+	/* the ranking cache allocates its tables on first use */
+	if ((rt->scratch.rcache = sgi_rcache_new()) == NULL) {
+		free(rt->rr);
+		free(rt);
+		return sg_seterr(err, SG_ENOMEM, "router: out of memory");
+	}
 	rt->conf = conf;
 	rt->seed = seed;
 	rt->ndefs = n;
 	*out = rt;
+	return 0;
+}
+
+int
+sg_router_set_cache(sg_router *rt, bool enabled)
+{
+	if (rt == NULL)
+		return SG_EINVAL;
+	if (!enabled) {
+		sgi_rcache_free(rt->scratch.rcache);
+		rt->scratch.rcache = NULL;
+	} else if (rt->scratch.rcache == NULL &&
+	    (rt->scratch.rcache = sgi_rcache_new()) == NULL)
+		return SG_ENOMEM;
 	return 0;
 }
 

@@ -259,23 +259,20 @@ ranks_before(const sg_snapshot *s, const double *score, size_t a, size_t b)
  * dependency chain per candidate.
  */
 static size_t
-pulsar_scores(const sgi_ctx *x, double *score)
+pulsar_scores(const sgi_ctx *x, const sgi_hashbuf *prefix, double *score)
 {
-	sgi_hashbuf prefix;
+	const sg_cluster *c = sgi_snapshot_clusters(x->snap);
 	size_t i, nr = 0;
 	uint64_t h;
 	double w;
 
-	sgi_pulsar_prefix(&prefix, x->def, x->req);
 	for (i = 0; i < x->n; i++) {
-		const sg_cluster *c = sg_snapshot_get(x->snap, i);
-
-		h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
+		h = sgi_pulsar_hash(prefix, c[i].id, c[i].id_len);
 		memcpy(&score[i], &h, sizeof h);
 	}
 	for (i = 0; i < x->n; i++) {
 		memcpy(&h, &score[i], sizeof h);
-		if (sgi_pulsar_weight(x->def, sg_snapshot_get(x->snap, i), &w) &&
+		if (sgi_pulsar_weight(x->def, &c[i], &w) &&
 		    sgi_pulsar_score(h, w, &score[i]))
 			nr++;
 		else
@@ -372,13 +369,13 @@ radix_keys(size_t *a, size_t *tmp, size_t n)
 		memcpy(a, src, n * sizeof *a);
 }
 
-size_t
-sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+static size_t
+rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
 {
 	double *score = x->scratch->d1;
 	size_t i, j, k, nr = 0, base;
 
-	pulsar_scores(x, score);
+	pulsar_scores(x, prefix, score);
 	for (i = 0; i < x->n; i++)
 		if (score[i] > 0)
 			order[nr++] = rank_key(score[i], i);
@@ -401,13 +398,13 @@ sgi_pulsar_rank(sgi_ctx *x, size_t *order)
 	return nr;
 }
 #else
-size_t
-sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+static size_t
+rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
 {
 	double *score = x->scratch->d1;
 	size_t i, nr = 0;
 
-	pulsar_scores(x, score);
+	pulsar_scores(x, prefix, score);
 	for (i = 0; i < x->n; i++)
 		if (score[i] > 0)
 			order[nr++] = i;
@@ -416,16 +413,51 @@ sgi_pulsar_rank(sgi_ctx *x, size_t *order)
 }
 #endif
 
+/* The router's ranking cache for this call, or NULL. */
+static sgi_rcache *
+rcache(const sgi_ctx *x)
+{
+	return x->scratch->reference ? NULL : x->scratch->rcache;
+}
+
+#if SIZE_MAX >= UINT64_MAX
+void
+sgi_sort_keys(size_t *a, size_t *tmp, size_t n)
+{
+	if (n < RADIX_MIN)
+		insertion_keys(a, n);
+	else
+		radix_keys(a, tmp, n);
+}
+#endif
+
+size_t
+sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+{
+	sgi_hashbuf prefix;
+	sgi_rclookup lk;
+	const uint16_t *r;
+	size_t i, nr;
+
+	sgi_pulsar_prefix(&prefix, x->def, x->req);
+	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, &prefix, &lk, &r,
+	    &nr) == SGI_RC_HIT) {
+		for (i = 0; i < nr; i++)
+			order[i] = r[i];
+		return nr;
+	}
+	nr = rank_sorted(x, &prefix, order);
+	if (lk.state == SGI_RC_STORE)
+		(void)sgi_rcache_store(x->scratch->rcache, &lk, order, nr);
+	return nr;
+}
+
 int
-sgi_pulsar_feasible(sgi_ctx *x, size_t i)
+sgi_pulsar_kv_room(const sgi_ctx *x, size_t i)
 {
 	const sg_cluster *c;
 	uint64_t tokens = x->req->input_tokens;
 
-	if (x->scratch->excluded[i])
-		return 1;
-	if (!x->def->consider_kv_free_tokens)
-		return 0;
 	if (tokens == 0)
 		return 2;
 	c = sg_snapshot_get(x->snap, i);
@@ -515,19 +547,61 @@ ahead(const sg_snapshot *s, const double *score, size_t a, size_t b)
 	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
 }
 
+/*
+ * Pulsar over a known ranking: the first eligible rank wins, its depth is
+ * its position, and a KV skip is any ranked cluster before it that failed
+ * only on KV room.
+ */
+static void
+pulsar_walk(sgi_ctx *x, sg_decision *out, const uint16_t *rank, size_t nr)
+{
+	bool kv = x->def->consider_kv_free_tokens, kv_skip = false;
+	size_t i;
+	int f;
+
+	for (i = 0; i < nr; i++) {
+		f = sgi_pulsar_feasible(x, rank[i]);
+		if (f == 0) {
+			selected(x, out, rank[i], (unsigned)i + 1, kv_skip);
+			return;
+		}
+		if (kv && f == 2)
+			kv_skip = true;
+	}
+	unavailable(x, out);
+}
+
 int
 sgi_pulsar(sgi_ctx *x, sg_decision *out)
 {
 	const unsigned char *ex = x->scratch->excluded;
 	bool kv = x->def->consider_kv_free_tokens, found = false;
 	double *score = x->scratch->d1;
-	size_t i, best = 0;
+	size_t i, best = 0, nr;
 	unsigned depth = 1;
 	bool kv_skip = false;
+	sgi_hashbuf prefix;
+	sgi_rclookup lk;
+	const uint16_t *r;
 
 	if (x->explain != NULL)
 		pulsar_explain(x);
-	pulsar_scores(x, score);
+	sgi_pulsar_prefix(&prefix, x->def, x->req);
+	switch (sgi_rcache_lookup(rcache(x), x->def, x->snap, &prefix, &lk,
+	    &r, &nr)) {
+	case SGI_RC_HIT:
+		pulsar_walk(x, out, r, nr);
+		return 0;
+	case SGI_RC_STORE:
+		nr = rank_sorted(x, &prefix, x->scratch->order);
+		r = sgi_rcache_store(x->scratch->rcache, &lk,
+		    x->scratch->order, nr);
+		pulsar_walk(x, out, r, nr);
+		return 0;
+	default:
+		break;
+	}
+	pulsar_scores(x, &prefix, score);
 	/* The first eligible cluster of the ranking = the best-ranked one. */
 	for (i = 0; i < x->n; i++) {
 		if (!(score[i] > 0) || ex[i] ||

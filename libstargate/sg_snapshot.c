@@ -40,6 +40,7 @@
 
 #include <xxhash.h>
 
+#include "sg_internal.h"
 #include "sg_snapshot.h"
 
 struct sg_snapshot {
@@ -310,6 +311,12 @@ uint64_t
 sg_snapshot_ids_version(const sg_snapshot *s)
 {
 	return s->ids_ver;
+}
+
+const sg_cluster *
+sgi_snapshot_clusters(const sg_snapshot *s)
+{
+	return s->c;
 }
 
 int

@@ -47,6 +47,7 @@ enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
 /* One algorithm call. */
 struct waw {
 	sgi_ctx		*x;
+	const sg_cluster *cls;		/* the snapshot's clusters */
 	const sg_algdef	*d;
 	sgi_scratch	*s;
 	sgi_rng		 rng;
@@ -76,10 +77,10 @@ struct core {
 	double		 wait;
 };
 
-static const sg_cluster *
+static inline const sg_cluster *
 cl(const struct waw *w, size_t i)
 {
-	return sg_snapshot_get(w->x->snap, i);
+	return &w->cls[i];
 }
 
 /* Byte order of cluster ids (shorter first on a common prefix). */
@@ -149,7 +150,8 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
 		    grow((void **)&s->d1, cap, sizeof(double)) != 0 ||
 		    grow((void **)&s->d2, cap, sizeof(double)) != 0 ||
 		    grow((void **)&s->d3, cap, sizeof(double)) != 0 ||
-		    grow((void **)&s->mark, cap, sizeof(uint32_t)) != 0)
+		    grow((void **)&s->mark, cap, sizeof(uint32_t)) != 0 ||
+		    grow((void **)&s->flag, cap, 1) != 0)
 			return SG_ENOMEM;
 		/* new stamps start unmarked, nothing is excluded */
 		memset(s->mark, 0, cap * sizeof(uint32_t));
@@ -186,8 +188,10 @@ sgi_scratch_free(sgi_scratch *s)
 	free(s->d2);
 	free(s->d3);
 	free(s->mark);
+	free(s->flag);
 	free(s->ring_hash);
 	free(s->ring_idx);
+	sgi_rcache_free(s->rcache);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -244,6 +248,39 @@ cmp_ttft(const struct waw *w, size_t a, size_t b)
 	return c != 0 ? c : id_cmp(cl(w, a), cl(w, b));
 }
 
+/*
+ * a[0..n) in (TTFT, cluster id) order, TTFTs from d1, tmp[0..n) as buffer.
+ * The total-order bits of each TTFT, less their low SGI_KEY_IDX_BITS, are
+ * packed above the candidate index and sorted as integers; the rare runs of
+ * equal packed keys (equal or nearly equal TTFTs) are then re-sorted by the
+ * exact rule.  Same order as isort(cmp_ttft), without a call per compare.
+ */
+static void
+sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
+{
+#if SIZE_MAX >= UINT64_MAX
+	const size_t mask = ((size_t)1 << SGI_KEY_IDX_BITS) - 1;
+	const double *t = w->s->d1;
+	size_t i, j, k, base;
+
+	for (i = 0; i < n; i++)
+		a[i] = (((size_t)sgi_total_key(t[a[i]]) ^ ((size_t)1 << 63)) &
+		    ~mask) | a[i];
+	sgi_sort_keys(a, tmp, n);
+	for (i = 0; i < n; i = j) {
+		base = a[i] & ~mask;
+		for (j = i + 1; j < n && (a[j] & ~mask) == base; j++)
+			;
+		for (k = i; k < j; k++)
+			a[k] &= mask;
+		if (j - i > 1)
+			isort(w, a + i, j - i, tmp, cmp_ttft);
+	}
+#else
+	isort(w, a, n, tmp, cmp_ttft);
+#endif
+}
+
 /* --- core selection (ref §4.5.2) ------------------------------------------ */
 
 /* The sample comparator's value for candidate i (lower is better). */
@@ -279,13 +316,12 @@ util_cmp(const sg_cluster *a, const sg_cluster *b)
 /* Some candidate of idx[from..cnt) has a finite TTFT and capacity. */
 static bool
 later_capacity(const struct waw *w, const size_t *idx, size_t from,
-    size_t cnt, uint64_t max_queued)
+    size_t cnt)
 {
 	size_t j;
 
 	for (j = from; j < cnt; j++)
-		if (isfinite(w->s->d1[idx[j]]) &&
-		    sgi_has_capacity(cl(w, idx[j]), max_queued))
+		if (isfinite(w->s->d1[idx[j]]) && w->s->flag[idx[j]])
 			return true;
 	return false;
 }
@@ -305,30 +341,63 @@ later_capacity(const struct waw *w, const size_t *idx, size_t from,
 
 static bool
 fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
-    uint64_t max_queued, size_t *smp, size_t *m, bool *have_wait,
-    double *wait)
+    size_t *smp, size_t *m, bool *have_wait, double *wait)
 {
 	const double *t = w->s->d1;
 	double B = (double)w->d->ttft_bucket_size_ms;
 	double f = w->d->next_bucket_unlock_factor;
-	double start = lo, budget = e, next = INFINITY, need;
+	double start = lo, budget = e, next = INFINITY, need = 0;
 	size_t i, k, nb;
-	bool stop = false;
+	bool stop = false, late = false;
 
+	if (!(e > 0) && f > 0) {
+		/*
+		 * No budget (elapsed 0): the first bucket start past lo stops
+		 * the walk, so the unlocked members are those within B of lo
+		 * (v < next exactly when v - lo <= B), and one pass finds
+		 * them and next together.
+		 */
+		next = INFINITY;
+		for (i = 0, k = 0; i < cnt; i++) {
+			size_t c = idx[i];
+			double v = t[c];
+
+			if (!(v < INFINITY))
+				continue;	/* +inf, NaN: never unlocked */
+			if (v - lo > B) {
+				if (v < next)
+					next = v;
+				late |= w->s->flag[c];
+				continue;
+			}
+			if (w->s->flag[c])
+				smp[k++] = c;
+		}
+		if (!(next < INFINITY))
+			goto sort;	/* one bucket: every finite member */
+		need = (next - lo) * f;
+		if (!(budget < need))
+			return false;	/* need underflowed: the general walk */
+		if (late && !*have_wait) {
+			*have_wait = true;
+			*wait = need - budget;
+		}
+		goto sort;
+	}
 	for (nb = 0; ; nb++) {
 		bool found = false;
 
 		if (nb == FAST_BUCKETS)
 			return false;
+		/* next: the smallest finite TTFT more than B past start */
+		next = INFINITY;
 		for (i = 0; i < cnt; i++) {
 			double v = t[idx[i]];
 
-			if (isfinite(v) && v - start > B &&
-			    (!found || v < next)) {
+			if (v - start > B && v < INFINITY && v < next)
 				next = v;
-				found = true;
-			}
 		}
+		found = next < INFINITY;	/* candidates are finite */
 		if (!found)
 			break;		/* every finite member unlocks */
 		need = (next - start) * f;
@@ -339,23 +408,28 @@ fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
 		budget -= need;
 		start = next;
 	}
+	/*
+	 * Unlocked members with capacity, in set order, and whether a later
+	 * member has capacity (later_capacity(): then the walk would wait).
+	 */
 	for (i = 0, k = 0; i < cnt; i++) {
 		size_t c = idx[i];
 		double v = t[c];
 
-		if (!isfinite(v) || !sgi_has_capacity(cl(w, c), max_queued))
+		if (!isfinite(v) || !w->s->flag[c])
 			continue;
 		if (stop && !(v < next)) {
-			/* later_capacity(): a later member could unlock */
-			if (!*have_wait) {
-				*have_wait = true;
-				*wait = need - budget;
-			}
+			late = true;
 			continue;
 		}
 		smp[k++] = c;
 	}
-	isort(w, smp, k, idx, cmp_ttft);	/* idx is free now */
+	if (late && !*have_wait) {
+		*have_wait = true;
+		*wait = need - budget;
+	}
+sort:
+	sort_ttft(w, smp, k, idx);	/* idx is free now */
 	*m = k;
 	return true;
 }
@@ -374,6 +448,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 	size_t *idx = s->idx, *smp = s->idx2;
 	size_t cnt = 0, unlocked, m, ns, i, j, best;
 	double lo = INFINITY, hi = -INFINITY, bv, v;
+	int64_t kt, klo = 0, khi = 0;
 	double B = (double)d->ttft_bucket_size_ms;
 	bool allfinite = true, have_wait = false;
 	double wait = 0;
@@ -407,16 +482,26 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 		}
 		if (w->slo && q > w->max_q)
 			continue;
-		t = sgi_ttft_ms(k, w->tokens, w->prio, scale,
-		    d->ignore_queue_time, d->ignore_input_processing_time);
+		/* sgi_ttft_ms() with the queue delay already in hand */
+		t = k->rtt_ms;
+		if (!d->ignore_queue_time)
+			t += q;
+		if (!d->ignore_input_processing_time)
+			t += sgi_prefill_ms(k, w->tokens, scale);
 		s->d1[c] = t;
 		s->d3[c] = q;
+		s->flag[c] = sgi_has_capacity(k, max_queued);
 		if (!isfinite(t))
 			allfinite = false;
-		if (sgi_total_cmp(t, lo) < 0)
+		kt = sgi_total_key(t);	/* total order as integers */
+		if (cnt == 0 || kt < klo) {
+			klo = kt;
 			lo = t;
-		if (sgi_total_cmp(t, hi) > 0)
+		}
+		if (cnt == 0 || kt > khi) {
+			khi = kt;
 			hi = t;
+		}
 		idx[cnt++] = c;
 	}
 
@@ -432,14 +517,16 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 		for (i = 0; w->cands != NULL && i < cnt; i++)
 			ex_set(w, idx[i], "bucket", json_integer(0));
 	} else if (w->cands == NULL && !s->reference &&
-	    fast_unlock(w, idx, cnt, lo, e,
-	    max_queued, smp, &m, &have_wait, &wait)) {
+	    fast_unlock(w, idx, cnt, lo, e, smp, &m, &have_wait, &wait)) {
 		goto sample;	/* smp[0..m) is step 6's list */
 	} else {
 		double budget = e, start, f = d->next_bucket_unlock_factor;
 		json_int_t bucket = 0;
 
-		isort(w, idx, cnt, smp, cmp_ttft);
+		if (s->reference)
+			isort(w, idx, cnt, smp, cmp_ttft);
+		else
+			sort_ttft(w, idx, cnt, smp);
 		start = s->d1[idx[0]];
 		for (unlocked = 0; unlocked < cnt; unlocked++) {
 			double t = s->d1[idx[unlocked]], gap, need;
@@ -451,7 +538,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 				need = gap * f;
 				if (budget < need) {
 					if (later_capacity(w, idx, unlocked,
-					    cnt, max_queued)) {
+					    cnt)) {
 						have_wait = true;
 						wait = need - budget;
 					}
@@ -469,7 +556,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 
 	/* 6. unlocked clusters with capacity */
 	for (i = 0, m = 0; i < unlocked; i++)
-		if (sgi_has_capacity(cl(w, idx[i]), max_queued))
+		if (s->flag[idx[i]])
 			smp[m++] = idx[i];
 sample:
 	if (m == 0) {
@@ -695,16 +782,13 @@ affinity_group(struct waw *w, size_t *group)
 		s->ring_n = n;
 	}
 
-	/* first entry with hash >= kh, wrapping to 0 */
-	lo = 0;
-	hi = entries;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
+	/* first entry with hash >= kh, wrapping to 0 (branch-free search) */
+	{
+		const uint64_t *base = s->ring_hash;
 
-		if (s->ring_hash[mid] < kh)
-			lo = mid + 1;
-		else
-			hi = mid;
+		for (hi = entries; hi > 1; hi -= hi / 2)
+			base = base[hi / 2 - 1] < kh ? base + hi / 2 : base;
+		lo = (size_t)(base - s->ring_hash) + (*base < kh);
 	}
 	if (lo == entries)
 		lo = 0;
@@ -959,6 +1043,7 @@ waw_init(struct waw *w, sgi_ctx *x, bool pulsar)
 {
 	memset(w, 0, sizeof(*w));
 	w->x = x;
+	w->cls = sgi_snapshot_clusters(x->snap);
 	w->d = x->def;
 	w->s = x->scratch;
 	w->tokens = x->req->input_tokens;

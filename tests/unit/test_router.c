@@ -708,7 +708,7 @@ prop_figures(uint64_t *g, sg_cluster *c)
 	c->last_mean_input_tps = prop_rate(g);
 	c->max_input_tps = prop_rate(g);
 	c->kv_capacity_tokens = prop_below(g, 3) * 1000;
-	c->kv_free_tokens = prop_below(g, 3) * 400;
+	c->kv_free_tokens = prop_below(g, 4) * 1000;
 	c->kv_used_tokens = prop_below(g, 2) * 100;
 	c->nprio = 0;
 	if (prop_below(g, 8) == 0)
@@ -739,6 +739,32 @@ prop_rebuild(uint64_t *g, sg_snapshot *s)
 	}
 }
 
+/* Rebuild s in place with other ids but each position's figures kept. */
+static void
+prop_rename(uint64_t *g, sg_snapshot *s)
+{
+	static sg_cluster keep[64];
+	size_t n = sg_snapshot_count(s), i, k;
+	bool used[64] = { false };
+	char id[16];
+
+	for (i = 0; i < n; i++)
+		keep[i] = *sg_snapshot_get(s, i);
+	sg_snapshot_clear(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c = keep[i];
+
+		do
+			k = (size_t)prop_below(g, 64);
+		while (used[k]);
+		used[k] = true;
+		snprintf(id, sizeof(id), "c%zu", k);
+		memcpy(c.id, id, strlen(id) + 1);
+		c.id_len = strlen(id);
+		assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	}
+}
+
 static void
 prop_assert_same(const sg_decision *a, const sg_decision *b, size_t trial)
 {
@@ -757,10 +783,11 @@ prop_assert_same(const sg_decision *a, const sg_decision *b, size_t trial)
 	    (a->reason != NULL && strcmp(a->reason, b->reason) != 0) ||
 	    strcmp(a->algorithm, b->algorithm) != 0)
 		fail_msg("trial %zu: fast %s kind %d index %zu depth %u "
-		    "recheck %.17g; reference kind %d index %zu depth %u "
-		    "recheck %.17g", trial, a->algorithm, a->kind, a->index,
-		    a->rank_depth, a->recheck_at_ms, b->kind, b->index,
-		    b->rank_depth, b->recheck_at_ms);
+		    "kv_skip %d phase %d recheck %.17g; reference kind %d "
+		    "index %zu depth %u kv_skip %d phase %d recheck %.17g",
+		    trial, a->algorithm, a->kind, a->index, a->rank_depth,
+		    a->kv_skip, a->phase, a->recheck_at_ms, b->kind, b->index,
+		    b->rank_depth, b->kv_skip, b->phase, b->recheck_at_ms);
 }
 
 /*
@@ -782,6 +809,7 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	uint64_t g = 0x9e3779b97f4a7c15ULL;
 	size_t round, j, i, trial = 0;
 	char rid[32], hint[16];
+	struct sgi_rcache_stats st;
 
 	(void)state;
 	sgi_router_scratch(ref)->reference = true;
@@ -789,9 +817,12 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	for (round = 0; round < 1500; round++) {
 		size_t n;
 
-		switch (prop_below(&g, 6)) {
+		switch (prop_below(&g, 7)) {
 		case 0:
 			prop_rebuild(&g, s);
+			break;
+		case 6:		/* other ids, the same figures (and weights) */
+			prop_rename(&g, s);
 			break;
 		case 1:		/* another object with other ids */
 			prop_rebuild(&g, t);
@@ -864,6 +895,13 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 			prop_assert_same(&da, &db, trial);
 		}
 	}
+	/* the cached side did use its cache, through every kind of change */
+	sgi_rcache_stats(sgi_router_scratch(fast)->rcache, &st);
+	assert_true(st.hits > 1000);
+	assert_true(st.stores > 100);
+	assert_true(st.weight_changes > 100);
+	sgi_rcache_stats(sgi_router_scratch(ref)->rcache, &st);
+	assert_true(st.hits + st.misses == 0);
 	sg_snapshot_free(s);
 	sg_snapshot_free(t);
 	sg_router_free(fast);

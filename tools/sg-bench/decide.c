@@ -12,9 +12,22 @@
  * batches of BATCH (16) consecutive calls between two
  * clock_gettime(CLOCK_MONOTONIC) reads; a batch's time / 16 is one sample, so
  * the timer's own ~20 ns is amortised.  p50 and p99 are over those batch
- * means (the p99 therefore understates single-call outliers).  Each
- * measurement is repeated --runs times and the median of the runs' p50 and
- * p99 is reported.
+ * means (the p99 therefore understates single-call outliers).  A second
+ * loop times every call on its own (two clock reads around it, minus the
+ * median cost of two back-to-back reads measured at start-up): its p50 and
+ * p99 are the per-call figures (goal A2 is per-call p99 / p50 <= 3); they
+ * carry the timer's jitter, so they matter for the slower algorithms.
+ * Each measurement is repeated --runs times, decision, floor and per-call
+ * runs interleaved, and the median of the runs is reported.
+ *
+ * Caches.  The router caches pulsar rankings (sg_router_set_cache).  The
+ * plain pulsar rows rotate over --keys keys (1024 by default), which the
+ * cache holds after two sightings each, so they measure cache hits.  The
+ * -nocache rows run the same decisions on a router with the cache off, and
+ * pulsar-cold-keys rotates over 2^20 distinct keys with the cache on (every
+ * decision misses: the cost of the cache on a key stream it cannot hold).
+ * The floors never cache.  The hit column is the cache's hit rate over the
+ * allocation-counting loop.
  *
  * Allocations.  This file interposes malloc, calloc, realloc and free (the
  * executable's definitions win over libc's; they forward to glibc's
@@ -116,22 +129,36 @@ struct scenario {
 	const char	*algo;		/* models.bench-model entry (JSON) */
 	int		 floor;		/* enum floor_kind */
 	int		 hint;		/* enum hint_kind */
+	bool		 nocache;	/* the router's ranking cache off */
+	size_t		 keys;		/* distinct keys; 0: --keys */
 };
 
+#define COLD_KEYS	((size_t)1 << 20)
+#define MAX_REQS	4096		/* request structs (keys rotate over them) */
+
 static const struct scenario scenarios[] = {
-	{ "random", "\"random\"", FL_RANDOM, HINT_NONE },
-	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE },
+	{ "random", "\"random\"", FL_RANDOM, HINT_NONE, false, 0 },
+	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE, false, 0 },
 	{ "power-of-n", "{\"algorithm\":\"power-of-n\",\"sample_count\":2}",
-	    FL_PON, HINT_NONE },
+	    FL_PON, HINT_NONE, false, 0 },
 	{ "wait-and-widen",
 	    "{\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
-	    "\"cache_affinity_virtual_nodes\":150}", FL_WAW, HINT_NONE },
-	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE },
+	    "\"cache_affinity_virtual_nodes\":150}", FL_WAW, HINT_NONE,
+	    false, 0 },
+	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE, false, 0 },
 	{ "pulsar-wait-and-widen",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
-	    HINT_NONE },
+	    HINT_NONE, false, 0 },
+	/* The same without the ranking cache, and with keys it cannot hold. */
+	{ "pulsar-nocache", "\"pulsar\"", FL_PULSAR, HINT_NONE, true, 0 },
+	{ "pwaw-nocache",
+	    "{\"algorithm\":\"pulsar-wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
+	    HINT_NONE, true, 0 },
+	{ "pulsar-cold-keys", "\"pulsar\"", FL_PULSAR, HINT_NONE, false,
+	    COLD_KEYS },
 	/* Session routing (issue 3): flag on, new and returning sessions. */
 	{ "waw-session-new",
 	    "{\"algorithm\":\"wait-and-widen\","
@@ -139,19 +166,24 @@ static const struct scenario scenarios[] = {
 	    "\"cache_affinity_virtual_nodes\":150,"
 	    "\"cache_affinity_wait_ms\":300,"
 	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE },
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE, false, 0 },
 	{ "waw-session-returning",
 	    "{\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_virtual_nodes\":150,"
 	    "\"cache_affinity_wait_ms\":300,"
 	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER },
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER, false, 0 },
+	{ "pwaw-session-new",
+	    "{\"algorithm\":\"pulsar-wait-and-widen\","
+	    "\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_wait_ms\":300,"
+	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_NONE, false, 0 },
 	{ "pwaw-session-returning",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_wait_ms\":300,"
-	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER },
+	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER, false, 0 },
 };
 #define NSCEN	(sizeof scenarios / sizeof scenarios[0])
 
@@ -231,9 +263,10 @@ struct world {
 	sg_router	*rt;
 	sg_snapshot	*snap;
 	size_t		 n;
-	size_t		 nreq;
+	size_t		 nreq;		/* requests, <= MAX_REQS */
+	size_t		 nkeys;		/* keys; call k uses key k % nkeys */
 	sg_request	*req;
-	char		(*keys)[32];
+	char		(*keys)[24];
 	char		(*rids)[32];
 	/* floor state */
 	const sg_algdef	*def;
@@ -244,7 +277,18 @@ struct world {
 	size_t		*order2;
 	double		*score;
 	uint64_t	 rr;
+	size_t		 k;		/* calls so far: keys keep rotating */
 };
+
+/* The request of call k, with key k % nkeys. */
+static sg_request *
+req_for(struct world *w, size_t k)
+{
+	sg_request *r = &w->req[k % w->nreq];
+
+	r->cache_affinity_key = w->keys[k % w->nkeys];
+	return r;
+}
 
 /*
  * A deterministic, realistic snapshot: 32-slot engines, about a third of
@@ -284,8 +328,9 @@ build_snapshot(sg_snapshot *s, size_t n)
 }
 
 static int
-world_init(struct world *w, const struct scenario *sc, size_t n, size_t nreq)
+world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 {
+	size_t nreq = nkeys < MAX_REQS ? nkeys : MAX_REQS;
 	char cfg[1024];
 	sg_error err;
 	size_t j;
@@ -301,13 +346,16 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nreq)
 		fprintf(stderr, "sg-bench: router: %s\n", err.text);
 		return -1;
 	}
+	if (sc->nocache && sg_router_set_cache(w->rt, false) != 0)
+		return -1;
 	if (sg_lbconf_resolve(w->conf, MODEL, NULL, false, &w->def, &err) != 0)
 		return -1;
 	w->snap = sg_snapshot_new();
 	w->n = n;
 	w->nreq = nreq;
+	w->nkeys = nkeys;
 	w->req = calloc(nreq, sizeof *w->req);
-	w->keys = calloc(nreq, sizeof *w->keys);
+	w->keys = calloc(nkeys, sizeof *w->keys);
 	w->rids = calloc(nreq, sizeof *w->rids);
 	w->order = calloc(n, sizeof *w->order);
 	w->order2 = calloc(n, sizeof *w->order2);
@@ -317,11 +365,12 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nreq)
 	    w->score == NULL ||
 	    build_snapshot(w->snap, n) != 0)
 		return -1;
+	for (j = 0; j < nkeys; j++)
+		snprintf(w->keys[j], sizeof w->keys[j], "session-%08zx",
+		    j * 2654435761u);
 	for (j = 0; j < nreq; j++) {
 		sg_request *r = &w->req[j];
 
-		snprintf(w->keys[j], sizeof w->keys[j], "session-%08zx",
-		    j * 2654435761u);
 		snprintf(w->rids[j], sizeof w->rids[j], "req-%zu", j);
 		sg_request_init(r);
 		r->request_id = w->rids[j];
@@ -609,9 +658,9 @@ struct tally {
 };
 
 static int
-decide_once(struct world *w, size_t j, struct tally *t)
+decide_once(struct world *w, size_t k, struct tally *t)
 {
-	sg_request *r = &w->req[j];
+	sg_request *r = req_for(w, k);
 	sg_decision d;
 	sg_error err;
 	int rc;
@@ -636,6 +685,23 @@ decide_once(struct world *w, size_t j, struct tally *t)
 	return 0;
 }
 
+static double	timer_ns;	/* two back-to-back clock reads */
+
+static void
+timer_calibrate(void)
+{
+	double v[4097];
+	size_t i;
+
+	for (i = 0; i < 4097; i++) {
+		double t0 = now_ns();
+
+		v[i] = now_ns() - t0;
+	}
+	qsort(v, 4097, sizeof *v, dbl_cmp);
+	timer_ns = v[2048];
+}
+
 /*
  * One run: warm-up, then iterations in batches; fills p50/p99 (ns per
  * decision) of the batch means.
@@ -644,30 +710,50 @@ static void
 run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
     bool floor, double *samples, double *p50, double *p99)
 {
-	unsigned long nb = o->iterations / BATCH, b, i, k = 0;
-	size_t mask = w->nreq;
+	unsigned long nb = o->iterations / BATCH, b, i;
 
-	for (i = 0; i < o->warmup; i++, k++) {
+	for (i = 0; i < o->warmup; i++, w->k++) {
 		if (floor)
-			sink += floor_once(w, sc, &w->req[k % mask]);
+			sink += floor_once(w, sc, req_for(w, w->k));
 		else
-			(void)decide_once(w, k % mask, NULL);
+			(void)decide_once(w, w->k, NULL);
 	}
 	for (b = 0; b < nb; b++) {
 		double t0 = now_ns(), t1;
 
 		if (floor)
-			for (i = 0; i < BATCH; i++, k++)
-				sink += floor_once(w, sc, &w->req[k % mask]);
+			for (i = 0; i < BATCH; i++, w->k++)
+				sink += floor_once(w, sc, req_for(w, w->k));
 		else
-			for (i = 0; i < BATCH; i++, k++)
-				(void)decide_once(w, k % mask, NULL);
+			for (i = 0; i < BATCH; i++, w->k++)
+				(void)decide_once(w, w->k, NULL);
 		t1 = now_ns();
 		samples[b] = (t1 - t0) / BATCH;
 	}
 	qsort(samples, nb, sizeof *samples, dbl_cmp);
 	*p50 = samples[nb / 2];
 	*p99 = samples[(size_t)((double)(nb - 1) * 0.99)];
+}
+
+/* One run timing every decision on its own, minus the timer's cost. */
+static void
+run_calls(struct world *w, const struct opts *o, double *samples,
+    double *p50, double *p99)
+{
+	unsigned long n = o->iterations, i;
+
+	for (i = 0; i < o->warmup; i++, w->k++)
+		(void)decide_once(w, w->k, NULL);
+	for (i = 0; i < n; i++, w->k++) {
+		double t0 = now_ns(), t1;
+
+		(void)decide_once(w, w->k, NULL);
+		t1 = now_ns();
+		samples[i] = t1 - t0 - timer_ns;
+	}
+	qsort(samples, n, sizeof *samples, dbl_cmp);
+	*p50 = samples[n / 2];
+	*p99 = samples[(size_t)((double)(n - 1) * 0.99)];
 }
 
 static double
@@ -681,6 +767,8 @@ struct row {
 	const char	*scenario;
 	size_t		 n;
 	double		 p50, p99, floor50, ratio, allocs;
+	double		 c50, c99;	/* per call */
+	double		 hit;		/* ranking-cache hit %, NAN: none */
 	double		 sel, wait, rej;
 };
 
@@ -690,16 +778,19 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 {
 	struct world w;
 	struct tally t = { 0, 0, 0, 0 };
-	unsigned long nb = o->iterations / BATCH, k;
-	double *samples = NULL, p50s[64], p99s[64], f50s[64], p, q;
+	struct sgi_rcache_stats st0, st1;
+	unsigned long k;
+	double *samples = NULL, p50s[64], p99s[64], f50s[64], c50s[64];
+	double c99s[64], p, q;
+	size_t nkeys = sc->keys != 0 ? sc->keys : o->keys;
 	unsigned run;
 	int rc = -1;
 
-	if (world_init(&w, sc, n, o->keys) != 0)
+	if (world_init(&w, sc, n, nkeys) != 0)
 		goto out;
 	if ((sc->floor == FL_WAW) && build_ring(&w) != 0)
 		goto out;
-	samples = calloc(nb, sizeof *samples);
+	samples = calloc(o->iterations, sizeof *samples);
 	if (samples == NULL)
 		goto out;
 	/* classify outcomes once (not timed) */
@@ -710,29 +801,40 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 		    "failed\n", sc->name, n);
 		goto out;
 	}
+	w.k = w.nreq;	/* cold keys stay unseen until they wrap around */
 	for (run = 0; run < o->runs; run++) {
-		/* interleave decision and floor runs */
+		/* interleave decision, floor and per-call runs */
 		run_cell(&w, sc, o, false, samples, &p, &q);
 		p50s[run] = p;
 		p99s[run] = q;
 		run_cell(&w, sc, o, true, samples, &p, &q);
 		f50s[run] = p;
+		run_calls(&w, o, samples, &p, &q);
+		c50s[run] = p;
+		c99s[run] = q;
 	}
-	/* steady-state allocations per decision */
+	/* steady-state allocations per decision, and the cache's hit rate */
+	sgi_rcache_stats(sgi_router_scratch(w.rt)->rcache, &st0);
 	nallocs = 0;
 	count_allocs = 1;
-	for (k = 0; k < o->iterations; k++)
-		(void)decide_once(&w, k % w.nreq, NULL);
+	for (k = 0; k < o->iterations; k++, w.k++)
+		(void)decide_once(&w, w.k, NULL);
 	count_allocs = 0;
+	sgi_rcache_stats(sgi_router_scratch(w.rt)->rcache, &st1);
 
 	row->scenario = sc->name;
 	row->n = n;
 	row->p50 = median(p50s, o->runs);
 	row->p99 = median(p99s, o->runs);
 	row->floor50 = median(f50s, o->runs);
+	row->c50 = median(c50s, o->runs);
+	row->c99 = median(c99s, o->runs);
 	row->ratio = row->p50 / row->floor50;
 	row->allocs = ALLOC_COUNTING ?
 	    (double)nallocs / (double)o->iterations : NAN;
+	row->hit = st1.hits + st1.misses > st0.hits + st0.misses ?
+	    100.0 * (double)(st1.hits - st0.hits) /
+	    (double)(st1.hits + st1.misses - st0.hits - st0.misses) : NAN;
 	row->sel = 100.0 * (double)t.select / (double)w.nreq;
 	row->wait = 100.0 * (double)t.wait / (double)w.nreq;
 	row->rej = 100.0 * (double)t.reject / (double)w.nreq;
@@ -826,10 +928,12 @@ bench_decide_main(int argc, char *argv[])
 	if (csv != NULL)
 		fprintf(csv, "scenario,candidates,p50_ns,p99_ns,floor_p50_ns,"
 		    "ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,"
-		    "reject_pct,iterations,runs,batch\n");
-	printf("%-24s %5s %10s %10s %10s %7s %8s  %s\n", "scenario", "N",
-	    "p50(ns)", "p99(ns)", "floor(ns)", "ratio", "allocs",
-	    "select/wait/reject %");
+		    "reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,"
+		    "cache_hit_pct\n");
+	timer_calibrate();
+	printf("%-24s %5s %10s %10s %10s %7s %9s %9s %6s %8s  %s\n",
+	    "scenario", "N", "p50(ns)", "p99(ns)", "floor(ns)", "ratio",
+	    "call-p50", "call-p99", "hit%", "allocs", "select/wait/reject %");
 	for (s = 0; s < NSCEN; s++) {
 		if (o.only != NULL && strcmp(o.only, scenarios[s].name) != 0)
 			continue;
@@ -840,22 +944,31 @@ bench_decide_main(int argc, char *argv[])
 				rc = EX_SOFTWARE;
 				continue;
 			}
-			printf("%-24s %5zu %10.1f %10.1f %10.1f %7.2f %8.3f"
-			    "  %.0f/%.0f/%.0f\n", row.scenario, row.n,
-			    row.p50, row.p99, row.floor50, row.ratio,
-			    row.allocs, row.sel, row.wait, row.rej);
+			char hit[16] = "";
+
+			if (!isnan(row.hit))
+				snprintf(hit, sizeof hit, "%.1f", row.hit);
+			printf("%-24s %5zu %10.1f %10.1f %10.1f %7.2f %9.1f "
+			    "%9.1f %6s %8.3f  %.0f/%.0f/%.0f\n",
+			    row.scenario, row.n, row.p50, row.p99,
+			    row.floor50, row.ratio, row.c50, row.c99,
+			    hit[0] != '\0' ? hit : "-", row.allocs, row.sel,
+			    row.wait, row.rej);
 			fflush(stdout);
 			if (csv != NULL)
 				fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.3f,%.4f,"
-				    "%.1f,%.1f,%.1f,%lu,%u,%d\n", row.scenario,
-				    row.n, row.p50, row.p99, row.floor50,
-				    row.ratio, row.allocs, row.sel, row.wait,
-				    row.rej, o.iterations, o.runs, BATCH);
+				    "%.1f,%.1f,%.1f,%lu,%u,%d,%.1f,%.1f,%s\n",
+				    row.scenario, row.n, row.p50, row.p99,
+				    row.floor50, row.ratio, row.allocs,
+				    row.sel, row.wait, row.rej, o.iterations,
+				    o.runs, BATCH, row.c50, row.c99, hit);
 		}
 	}
 	printf("# median of %u runs; p50/p99 over means of batches of %d "
-	    "calls; ratio = p50 / floor p50; allocs = heap allocations per "
-	    "decision after warm-up\n", o.runs, BATCH);
+	    "calls; ratio = p50 / floor p50; call-p50/p99 = each call timed "
+	    "alone, minus %.1f ns of timer; hit%% = pulsar ranking-cache hits "
+	    "(-: no lookups); allocs = heap allocations per decision after "
+	    "warm-up\n", o.runs, BATCH, timer_ns);
 	if (csv != NULL && fclose(csv) != 0) {
 		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
 		return EX_IOERR;

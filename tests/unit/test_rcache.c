@@ -1,0 +1,301 @@
+/*
+ * test_rcache.c — sg_rcache.c, the router's pulsar ranking cache, driven
+ * directly: admission (probation, then store, then hits), invalidation by
+ * weights and by ids, the states kept for alternating snapshots, long keys
+ * never cached, one-off keys never evicting hot ones, and bounded memory.
+ * That cached rankings give the decisions of uncached ones is the property
+ * test in test_router.c.
+ */
+#include "sg_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sg_internal.h"
+
+struct rfx {
+	sg_algdef	 def;
+	sg_request	 req;
+	sgi_hashbuf	 prefix;
+	char		 key[512];
+};
+
+static void
+rfx_init(struct rfx *f, int mode)
+{
+	memset(f, 0, sizeof(*f));
+	f->def.algorithm = SG_ALG_PULSAR;
+	f->def.rendezvous_weight = mode;
+	sg_request_init(&f->req);
+	f->req.request_id = "r";
+	f->req.model = "m";
+	f->req.cache_affinity_key = f->key;
+}
+
+/* The prefix for key number k (or a key of len bytes when len > 0). */
+static const sgi_hashbuf *
+rfx_prefix(struct rfx *f, size_t k, size_t len)
+{
+	if (len > 0) {
+		memset(f->key, 'k', len);
+		f->key[len] = '\0';
+	} else
+		snprintf(f->key, sizeof(f->key), "key-%zu", k);
+	sgi_pulsar_prefix(&f->prefix, &f->def, &f->req);
+	return &f->prefix;
+}
+
+static sg_snapshot *
+snap_new(size_t n, const char *pfx, double w)
+{
+	sg_snapshot *s = sg_snapshot_new();
+	char id[32];
+	size_t i;
+
+	assert_non_null(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c;
+
+		snprintf(id, sizeof(id), "%s%zu", pfx, i);
+		assert_int_equal(sg_cluster_init(&c, id, strlen(id)), 0);
+		c.max_input_tps = w + (double)i;
+		c.last_mean_input_tps = 2 * w + (double)i;
+		assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+	}
+	return s;
+}
+
+/* A recognisable ranking: n - 1 .. 0 shifted by tag. */
+static void
+fake_ranking(size_t *order, size_t n, size_t tag)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		order[i] = (n - 1 - i + tag) % n;
+}
+
+/* Look up key k and store its fake ranking when asked; the state. */
+static int
+visit(sgi_rcache *rc, struct rfx *f, const sg_snapshot *s, size_t k,
+    size_t tag)
+{
+	size_t n = sg_snapshot_count(s), order[SG_MAX_CANDIDATES], nr, i;
+	const uint16_t *r;
+	sgi_rclookup lk;
+	int st;
+
+	st = sgi_rcache_lookup(rc, &f->def, s, rfx_prefix(f, k, 0), &lk, &r,
+	    &nr);
+	if (st == SGI_RC_HIT) {
+		fake_ranking(order, n, tag);
+		assert_int_equal(nr, n);
+		for (i = 0; i < nr; i++)
+			assert_int_equal(r[i], order[i]);
+	} else if (st == SGI_RC_STORE) {
+		fake_ranking(order, n, tag);
+		r = sgi_rcache_store(rc, &lk, order, n);
+		assert_int_equal(r[0], order[0]);
+	}
+	return st;
+}
+
+static void
+test_second_miss_stores_and_then_hits(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(10, "c", 100);
+	struct rfx f;
+	struct sgi_rcache_stats st;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_MISS);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	/* another key is its own entry */
+	assert_int_equal(visit(rc, &f, s, 2, 3), SGI_RC_MISS);
+	assert_int_equal(visit(rc, &f, s, 2, 3), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, s, 2, 3), SGI_RC_HIT);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.hits, 4);
+	assert_int_equal(st.stores, 2);
+	assert_int_equal(st.entries, 2);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+	sgi_rcache_free(NULL);
+}
+
+static void
+test_weight_change_invalidates_and_refreshes(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(10, "c", 100);
+	struct rfx f;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	visit(rc, &f, s, 1, 0);
+	visit(rc, &f, s, 1, 0);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	/* the other mode's field does not matter */
+	sg_snapshot_at(s, 4)->last_mean_input_tps = 1;
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	/* the selected field does, down to the last bit */
+	sg_snapshot_at(s, 9)->max_input_tps =
+	    nextafter(sg_snapshot_get(s, 9)->max_input_tps, 0);
+	/* a key cached under the old weights is stored again at once */
+	assert_int_equal(visit(rc, &f, s, 1, 5), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, s, 1, 5), SGI_RC_HIT);
+	/* the last-mean definition sees its own field */
+	f.def.rendezvous_weight = SG_WEIGHT_LAST_MEAN_INPUT_TPS;
+	f.def.seed_len = 1;	/* (another definition: another prefix) */
+	f.def.seed[0] = 's';
+	visit(rc, &f, s, 1, 2);
+	assert_int_equal(visit(rc, &f, s, 1, 2), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, s, 1, 2), SGI_RC_HIT);
+	sg_snapshot_at(s, 4)->last_mean_input_tps = 2;
+	assert_int_equal(visit(rc, &f, s, 1, 6), SGI_RC_STORE);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+}
+
+static void
+test_ids_change_invalidates_even_with_equal_weights(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(10, "c", 100), *t = snap_new(10, "d", 100);
+	struct rfx f;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	visit(rc, &f, s, 1, 0);
+	visit(rc, &f, s, 1, 0);
+	assert_int_equal(visit(rc, &f, s, 1, 0), SGI_RC_HIT);
+	/* the same object, renamed in place: same weights, other ids */
+	assert_int_equal(sg_snapshot_copy(s, t), 0);
+	assert_int_not_equal(visit(rc, &f, s, 1, 7), SGI_RC_HIT);
+	sg_snapshot_free(s);
+	sg_snapshot_free(t);
+	sgi_rcache_free(rc);
+}
+
+/* Two snapshots with the same ids and different weights, alternating. */
+static void
+test_alternating_snapshots_both_stay_cached(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *a = snap_new(10, "c", 100), *b = sg_snapshot_new();
+	struct rfx f;
+	int i;
+
+	(void)state;
+	assert_int_equal(sg_snapshot_copy(b, a), 0);
+	sg_snapshot_at(b, 0)->max_input_tps = 5;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	assert_int_equal(visit(rc, &f, a, 1, 0), SGI_RC_MISS);
+	assert_int_equal(visit(rc, &f, b, 1, 1), SGI_RC_STORE);
+	/* known under b's weights: a stores at once, next to b's entry */
+	assert_int_equal(visit(rc, &f, a, 1, 0), SGI_RC_STORE);
+	for (i = 0; i < 5; i++) {
+		assert_int_equal(visit(rc, &f, b, 1, 1), SGI_RC_HIT);
+		assert_int_equal(visit(rc, &f, a, 1, 0), SGI_RC_HIT);
+	}
+	sg_snapshot_free(a);
+	sg_snapshot_free(b);
+	sgi_rcache_free(rc);
+}
+
+static void
+test_long_prefixes_are_never_cached(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(4, "c", 100);
+	const uint16_t *r;
+	sgi_rclookup lk;
+	struct rfx f;
+	size_t nr;
+	int i;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(sgi_rcache_lookup(rc, &f.def, s,
+		    rfx_prefix(&f, 0, 400), &lk, &r, &nr), SGI_RC_BYPASS);
+	/* a NULL cache (turned off) bypasses too */
+	assert_int_equal(sgi_rcache_lookup(NULL, &f.def, s,
+	    rfx_prefix(&f, 1, 0), &lk, &r, &nr), SGI_RC_BYPASS);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+}
+
+/* A stream of keys seen once each never evicts the keys in use. */
+static void
+test_one_off_keys_do_not_evict_hot_keys(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(16, "c", 100);
+	struct rfx f;
+	size_t k;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	for (k = 0; k < 3 * 500; k++)
+		visit(rc, &f, s, k % 500, k % 500);
+	for (k = 0; k < 100000; k++)
+		assert_int_not_equal(visit(rc, &f, s, 1000000 + k, 0),
+		    SGI_RC_HIT);
+	for (k = 0; k < 500; k++)
+		assert_int_equal(visit(rc, &f, s, k, k), SGI_RC_HIT);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+}
+
+/* Memory stays bounded however many keys and candidates pass through. */
+static void
+test_memory_is_bounded(void **state)
+{
+	static const size_t ns[] = { 8, 256, SG_MAX_CANDIDATES };
+	struct sgi_rcache_stats st;
+	struct rfx f;
+	size_t i, k;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		sgi_rcache *rc = sgi_rcache_new();
+		sg_snapshot *s = snap_new(ns[i], "c", 100);
+
+		/* a working set inside the probation window gets admitted */
+		for (k = 0; k < 3 * 3000; k++)
+			visit(rc, &f, s, k % 3000, k % 3000);
+		sgi_rcache_stats(rc, &st);
+		assert_true(st.capacity <= 4096);
+		assert_true(st.entries <= st.capacity);
+		assert_true(st.entries >= st.capacity / 2);
+		assert_true(st.bytes <= (size_t)12 << 20);
+		if (ns[i] <= 256)
+			assert_int_equal(st.capacity, 4096);
+		sg_snapshot_free(s);
+		sgi_rcache_free(rc);
+	}
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_second_miss_stores_and_then_hits),
+		cmocka_unit_test(test_weight_change_invalidates_and_refreshes),
+		cmocka_unit_test(
+		    test_ids_change_invalidates_even_with_equal_weights),
+		cmocka_unit_test(test_alternating_snapshots_both_stay_cached),
+		cmocka_unit_test(test_long_prefixes_are_never_cached),
+		cmocka_unit_test(test_one_off_keys_do_not_evict_hot_keys),
+		cmocka_unit_test(test_memory_is_bounded),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
