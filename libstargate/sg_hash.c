@@ -10,6 +10,15 @@
  * one shot.  Typical prefixes are ~100 bytes, so the copy is cheaper than
  * XXH3's streaming state.
  *
+ * Many suffixes after one prefix (a pulsar ranking hashes every cluster id
+ * after the same prefix, a ring every virtual node): sgi_hb_prepare() mixes
+ * the prefix's 16-byte blocks once for XXH3's mid-size paths (17..240
+ * bytes), so each suffix costs only the blocks that reach into it and the
+ * final avalanche, without copying the prefix.  The result is XXH3_64bits
+ * of the concatenation, bit for bit (the paths are XXH3's own, using its
+ * block mix and secret; test_hash checks it against libxxhash on random
+ * inputs).  Inputs outside 17..240 bytes take the plain call.
+ *
  * Input strings are not bounded by the request parser (a cache-affinity key
  * is any header value), so a prefix may outgrow the fixed buffer.  Then the
  * buffer switches to holding a serialised XXH3 streaming state (len ==
@@ -21,10 +30,14 @@
  * process-dependent enters the seed, so every replica and every replay draws
  * the same stream for the same request attempt.
  */
+#include <endian.h>
 #include <math.h>
 #include <string.h>
 
-#define XXH_STATIC_LINKING_ONLY
+/* The XXH3 primitives (block mix, avalanche, default secret) are needed
+ * below, so the header's implementation is compiled in (same version as
+ * libxxhash: the outputs are XXH3's, checked against it in test_hash). */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "sg_internal.h"
@@ -35,13 +48,11 @@
 _Static_assert(sizeof(XXH3_state_t) <= sizeof(((sgi_hashbuf *)0)->b),
     "an XXH3 state must fit in a hash buffer");
 
-static void
+static inline void
 put_le64(unsigned char *p, uint64_t v)
 {
-	int i;
-
-	for (i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
+	v = htole64(v);
+	memcpy(p, &v, sizeof v);	/* one store: it is read back as words */
 }
 
 /* Tag header bytes (name, 0xFF, length) into out; returns their count. */
@@ -71,6 +82,7 @@ hb_state_store(sgi_hashbuf *h, const XXH3_state_t *st)
 {
 	memcpy(h->b, st, sizeof *st);
 	h->len = HB_STREAM;
+	h->prepared = false;
 }
 
 /* Append raw bytes to h, switching to a streaming state if they don't fit. */
@@ -79,6 +91,7 @@ hb_append(sgi_hashbuf *h, const void *p, size_t n)
 {
 	XXH3_state_t st;
 
+	h->prepared = false;
 	if (h->len != HB_STREAM && n <= sizeof h->b - h->len) {
 		memcpy(h->b + h->len, p, n);
 		h->len += n;
@@ -93,6 +106,7 @@ void
 sgi_hb_reset(sgi_hashbuf *h)
 {
 	h->len = 0;
+	h->prepared = false;
 }
 
 void
@@ -128,38 +142,173 @@ sgi_hb_xxh3(const sgi_hashbuf *h)
 	return XXH3_64bits_digest(&st);
 }
 
+/* --- XXH3 over prefix ‖ tail --------------------------------------------- */
+
+#define MID_MIN		17	/* XXH3's mid-size paths: 17..240 bytes */
+#define MID_SPLIT	128	/* 17..128 one way, 129..240 the other */
+#define MID_MAX		240
+#define SECRET_LAST	(XXH3_SECRET_SIZE_MIN - 17)	/* last block, 129..240 */
+#define SECRET_MID	3				/* blocks 8.., 129..240 */
+
+void
+sgi_hb_prepare(sgi_hashbuf *h)
+{
+	const xxh_u8 *s = XXH3_kSecret;
+	size_t k;
+
+	h->prepared = false;
+	if (h->len == HB_STREAM)
+		return;
+	h->pre_full = h->len / 16;
+	for (k = 0; k < 4 && k < h->pre_full; k++)
+		h->pre_front[k] = XXH3_mix16B(h->b + 16 * k, s + 32 * k, 0);
+	h->pre_sum8 = 0;
+	for (k = 0; k < 8 && k < h->pre_full; k++)
+		h->pre_sum8 += XXH3_mix16B(h->b + 16 * k, s + 16 * k, 0);
+	for (k = 8; k < 15 && k < h->pre_full; k++)
+		h->pre_mid[k - 8] = XXH3_mix16B(h->b + 16 * k,
+		    s + 16 * (k - 8) + SECRET_MID, 0);
+	h->prepared = true;
+}
+
 /*
- * XXH3(prefix ‖ tag(name, val) ‖ tail): one shot over a stack copy when it
- * fits, else streaming.
+ * The string hashed is P[0..base) ‖ w[0..wlen), where base = 16 * pre_full
+ * (the prefix's whole blocks) and w starts with the rest of the prefix:
+ * blocks past base are plain loads from w.  This returns the 16 bytes at
+ * offset o (copied only when they straddle base).
+ */
+static inline const xxh_u8 *
+block_at(const sgi_hashbuf *h, const xxh_u8 *w, size_t o, xxh_u8 *tmp)
+{
+	size_t base = 16 * h->pre_full;
+
+	if (o >= base)
+		return w + (o - base);
+	if (o + 16 <= base)
+		return h->b + o;
+	memcpy(tmp, h->b + o, base - o);
+	memcpy(tmp + (base - o), w, 16 - (base - o));
+	return tmp;
+}
+
+/* XXH3_len_17to128_64b over P[0..base) ‖ w, front blocks premixed. */
+static uint64_t
+mid_short(const sgi_hashbuf *h, const xxh_u8 *w, size_t L)
+{
+	const xxh_u8 *s = XXH3_kSecret;
+	xxh_u64 acc = L * XXH_PRIME64_1;
+	size_t pairs, k;
+	xxh_u8 tmp[16];
+
+	pairs = L > 96 ? 4 : L > 64 ? 3 : L > 32 ? 2 : 1;
+	for (k = 0; k < pairs; k++) {
+		acc += k < h->pre_full ? h->pre_front[k] :
+		    XXH3_mix16B(block_at(h, w, 16 * k, tmp), s + 32 * k, 0);
+		acc += XXH3_mix16B(block_at(h, w, L - 16 * (k + 1), tmp),
+		    s + 16 + 32 * k, 0);
+	}
+	return XXH3_avalanche(acc);
+}
+
+/* XXH3_len_129to240_64b over P[0..base) ‖ w, prefix blocks premixed. */
+static uint64_t
+mid_long(const sgi_hashbuf *h, const xxh_u8 *w, size_t L)
+{
+	const xxh_u8 *s = XXH3_kSecret;
+	xxh_u64 acc = L * XXH_PRIME64_1 + h->pre_sum8;
+	size_t rounds = L / 16, k;
+	xxh_u8 tmp[16];
+
+	for (k = h->pre_full; k < 8; k++)
+		acc += XXH3_mix16B(block_at(h, w, 16 * k, tmp), s + 16 * k, 0);
+	acc = XXH3_avalanche(acc);
+	for (k = 8; k < rounds; k++)
+		acc += k < h->pre_full ? h->pre_mid[k - 8] :
+		    XXH3_mix16B(block_at(h, w, 16 * k, tmp),
+		    s + 16 * (k - 8) + SECRET_MID, 0);
+	acc += XXH3_mix16B(block_at(h, w, L - 16, tmp), s + SECRET_LAST, 0);
+	return XXH3_avalanche(acc);
+}
+
+/* XXH3_64bits(P[0..base) ‖ w[0..wlen)) for a prepared, mid-size input. */
+static inline uint64_t
+mid(const sgi_hashbuf *h, const xxh_u8 *w, size_t wlen)
+{
+	size_t L = 16 * h->pre_full + wlen;
+
+	return L <= MID_SPLIT ? mid_short(h, w, L) : mid_long(h, w, L);
+}
+
+/* The prepared premix applies to prefix ‖ n more bytes. */
+static inline bool
+premixed(const sgi_hashbuf *h, size_t n)
+{
+	return h->prepared && h->len + n >= MID_MIN && h->len + n <= MID_MAX;
+}
+
+uint64_t
+sgi_hb_xxh3_tail(const sgi_hashbuf *h, const void *tail, size_t n)
+{
+	unsigned char buf[sizeof h->b + 512];
+	size_t r;
+	XXH3_state_t st;
+
+	if (premixed(h, n)) {
+		r = h->len - 16 * h->pre_full;	/* the prefix's partial block */
+		memcpy(buf, h->b + 16 * h->pre_full, r);
+		memcpy(buf + r, tail, n);
+		return mid(h, buf, r + n);
+	}
+	if (h->len != HB_STREAM && h->len + n <= sizeof buf) {
+		memcpy(buf, h->b, h->len);
+		if (n > 0)
+			memcpy(buf + h->len, tail, n);
+		return XXH3_64bits(buf, h->len + n);
+	}
+	hb_state_load(h, &st);
+	if (n > 0)
+		XXH3_64bits_update(&st, tail, n);
+	return XXH3_64bits_digest(&st);
+}
+
+/*
+ * XXH3(prefix ‖ tag(name, val) ‖ tail): the suffix is assembled on the
+ * stack and hashed after the prefix (premixed when prepared), else by
+ * streaming.
  */
 static uint64_t
 hash_suffix(const sgi_hashbuf *prefix, const char *name, const void *val,
     size_t len, const unsigned char *tail, size_t taillen)
 {
-	unsigned char buf[sizeof prefix->b + 512];
-	unsigned char hdr[64 + TAG_HDR];
-	size_t namelen = strlen(name), n;
+	unsigned char buf[16 + 64 + TAG_HDR + 256 + 128];
+	size_t namelen = strlen(name), n, r = 0;
 	XXH3_state_t st;
 
-	if (prefix->len != HB_STREAM && namelen <= 64 && len <= 256 &&
-	    taillen <= 128) {
-		n = prefix->len;
-		memcpy(buf, prefix->b, n);
-		n += tag_header(buf + n, name, namelen, len);
+	if (namelen <= 64 && len <= 256 && taillen <= 128) {
+		/* premixed: the window starts with the prefix's partial block */
+		n = namelen + TAG_HDR + len + taillen;
+		if (premixed(prefix, n)) {
+			r = prefix->len - 16 * prefix->pre_full;
+			memcpy(buf, prefix->b + 16 * prefix->pre_full, r);
+		}
+		n = r + tag_header(buf + r, name, namelen, len);
 		if (len > 0)
 			memcpy(buf + n, val, len);
 		n += len;
 		if (taillen > 0)
 			memcpy(buf + n, tail, taillen);
 		n += taillen;
-		return XXH3_64bits(buf, n);
+		if (premixed(prefix, n - r))
+			return mid(prefix, buf, n);
+		return sgi_hb_xxh3_tail(prefix, buf, n);
 	}
 	hb_state_load(prefix, &st);
 	if (namelen > 64) {
 		XXH3_64bits_update(&st, name, namelen);
-		XXH3_64bits_update(&st, hdr, tag_header(hdr, "", 0, len));
+		XXH3_64bits_update(&st, buf, tag_header(buf, "", 0, len));
 	} else
-		XXH3_64bits_update(&st, hdr, tag_header(hdr, name, namelen, len));
+		XXH3_64bits_update(&st, buf, tag_header(buf, name, namelen,
+		    len));
 	if (len > 0)
 		XXH3_64bits_update(&st, val, len);
 	if (taillen > 0)
@@ -214,6 +363,75 @@ sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id, size_t id_len)
 	return hash_suffix(prefix, "cluster_id", id, id_len, NULL, 0);
 }
 
+/*
+ * sgi_pulsar_hash() of every cluster, for a prepared prefix.  Each hash
+ * reads its suffix back as 8-byte words right after writing it, and a load
+ * that spans several fresh smaller stores waits for them to drain; so the
+ * suffixes are written PIPE candidates ahead, into a ring of windows whose
+ * constant head (the prefix's partial block, "cluster_id", 0xFF) is
+ * written once.
+ */
+#define PIPE	4
+
+void
+sgi_pulsar_hashes(const sgi_hashbuf *prefix, const sg_cluster *c, size_t n,
+    double *bits)
+{
+	uint64_t h;
+	unsigned char win[PIPE][16 + TAG_HDR + 10 + SG_ID_MAX];
+	size_t r, head, i, k;
+
+	if (!prefix->prepared) {
+		for (i = 0; i < n; i++) {
+			h = sgi_pulsar_hash(prefix, c[i].id, c[i].id_len);
+			memcpy(&bits[i], &h, sizeof h);
+		}
+		return;
+	}
+	r = prefix->len - 16 * prefix->pre_full;
+	for (k = 0; k < PIPE; k++) {
+		memcpy(win[k], prefix->b + 16 * prefix->pre_full, r);
+		memcpy(win[k] + r, "cluster_id", 10);
+		win[k][r + 10] = 0xFF;
+	}
+	head = r + 11;
+	for (i = 0; i < n && i < PIPE - 1; i++) {
+		put_le64(win[i % PIPE] + head, c[i].id_len);
+		memcpy(win[i % PIPE] + head + 8, c[i].id, c[i].id_len);
+	}
+	for (i = 0; i < n; i++) {
+		size_t j = i + PIPE - 1, len = head + 8 + c[i].id_len;
+
+		if (j < n) {
+			put_le64(win[j % PIPE] + head, c[j].id_len);
+			memcpy(win[j % PIPE] + head + 8, c[j].id, c[j].id_len);
+		}
+		h = premixed(prefix, len - r) ? mid(prefix, win[i % PIPE], len) :
+		    sgi_pulsar_hash(prefix, c[i].id, c[i].id_len);
+		memcpy(&bits[i], &h, sizeof h);
+	}
+}
+
+/*
+ * (double)h without the branch compilers emit for the top bit (random
+ * hashes mispredict it half the time).  Both halves are the usual
+ * correctly rounded conversions (the top-bit case halves h keeping a sticky
+ * bit, converts and doubles), so the result is (double)h exactly.
+ */
+static inline double
+u64_to_double(uint64_t h)
+{
+	double lo = (double)(int64_t)(h & INT64_MAX);
+	double hi = (double)(int64_t)((h >> 1) | (h & 1)) * 2.0;
+	uint64_t a, b, m = (uint64_t)((int64_t)h >> 63);
+
+	memcpy(&a, &lo, sizeof a);
+	memcpy(&b, &hi, sizeof b);
+	a = (a & ~m) | (b & m);
+	memcpy(&lo, &a, sizeof lo);
+	return lo;
+}
+
 bool
 sgi_pulsar_score(uint64_t h, double weight, double *score)
 {
@@ -224,7 +442,7 @@ sgi_pulsar_score(uint64_t h, double weight, double *score)
 	 * exactly 2^64, so multiplying by 2^-64 gives the same bits without
 	 * a division on the per-candidate path.
 	 */
-	u = ((double)h + 1.0) * 0x1p-64;
+	u = (u64_to_double(h) + 1.0) * 0x1p-64;
 	e = -log(u);
 	if (!isfinite(e) || !(e > 0))
 		return false;
@@ -232,18 +450,6 @@ sgi_pulsar_score(uint64_t h, double weight, double *score)
 	return true;
 }
 
-bool
-sgi_pulsar_weight(const sg_algdef *d, const sg_cluster *c, double *w)
-{
-	double v;
-
-	v = d->rendezvous_weight == SG_WEIGHT_LAST_MEAN_INPUT_TPS ?
-	    c->last_mean_input_tps : c->max_input_tps;
-	if (!(v > 0) || !isfinite(v))
-		return false;
-	*w = v;
-	return true;
-}
 
 /* --- PRNG ------------------------------------------------------------------ */
 

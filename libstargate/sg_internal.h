@@ -182,12 +182,27 @@ double	sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
 typedef struct sgi_hashbuf {
 	unsigned char	b[4 * SG_ID_MAX + 1024];
 	size_t		len;
+	/*
+	 * sgi_hb_prepare(): XXH3's 16-byte block mixes over the bytes so far,
+	 * for the mid-size paths (17..240 bytes in all), so that hashing
+	 * prefix ‖ tail mixes only the blocks that reach into the tail.
+	 * Appending clears it.
+	 */
+	bool		prepared;
+	size_t		pre_full;	/* 16-byte blocks wholly in b[0..len) */
+	uint64_t	pre_front[4];	/* 17..128: block k with secret 32k */
+	uint64_t	pre_sum8;	/* 129..240: sum of the first-stage blocks */
+	uint64_t	pre_mid[15];	/* 129..240: block k >= 8, second stage */
 } sgi_hashbuf;
 
 void	 sgi_hb_reset(sgi_hashbuf *h);		/* empty */
 void	 sgi_hb_byte(sgi_hashbuf *h, unsigned char c);
 void	 sgi_hb_tag(sgi_hashbuf *h, const char *name, const void *val, size_t len);
 uint64_t sgi_hb_xxh3(const sgi_hashbuf *h);	/* XXH3_64bits, seed 0 */
+/* Precompute for many sgi_hb_xxh3_tail() calls (a no-op when streaming). */
+void	 sgi_hb_prepare(sgi_hashbuf *h);
+/* XXH3_64bits(h's bytes ‖ tail[0..n)), seed 0; faster once prepared. */
+uint64_t sgi_hb_xxh3_tail(const sgi_hashbuf *h, const void *tail, size_t n);
 
 /* prefix = 0x01 ‖ tag("seed") ‖ tag("routing_key") ‖ tag("model_id") (§4.5.3) */
 void	 sgi_ring_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
@@ -199,10 +214,25 @@ uint64_t sgi_ring_key_hash(const sgi_hashbuf *prefix, const char *key,
 void	 sgi_pulsar_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
 uint64_t sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id,
 	    size_t id_len);
+/* sgi_pulsar_hash() of clusters c[0..n), bit patterns stored in bits[]
+ * (memcpy); fastest after sgi_hb_prepare(). */
+void	 sgi_pulsar_hashes(const sgi_hashbuf *prefix, const sg_cluster *c,
+	    size_t n, double *bits);
 /* score = weight / -ln(u); false when unranked (§4.6). */
 bool	 sgi_pulsar_score(uint64_t h, double weight, double *score);
 /* The cluster's pulsar weight under the definition's mode; false if invalid. */
-bool	 sgi_pulsar_weight(const sg_algdef *d, const sg_cluster *c, double *w);
+static inline bool
+sgi_pulsar_weight(const sg_algdef *d, const sg_cluster *c, double *w)
+{
+	double v;
+
+	v = d->rendezvous_weight == SG_WEIGHT_LAST_MEAN_INPUT_TPS ?
+	    c->last_mean_input_tps : c->max_input_tps;
+	if (!(v > 0) || !isfinite(v))
+		return false;
+	*w = v;
+	return true;
+}
 
 /* Decision PRNG (xoshiro256** seeded through splitmix64). */
 typedef struct sgi_rng {

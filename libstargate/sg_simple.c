@@ -266,10 +266,7 @@ pulsar_scores(const sgi_ctx *x, const sgi_hashbuf *prefix, double *score)
 	uint64_t h;
 	double w;
 
-	for (i = 0; i < x->n; i++) {
-		h = sgi_pulsar_hash(prefix, c[i].id, c[i].id_len);
-		memcpy(&score[i], &h, sizeof h);
-	}
+	sgi_pulsar_hashes(prefix, c, x->n, score);
 	for (i = 0; i < x->n; i++) {
 		memcpy(&h, &score[i], sizeof h);
 		if (sgi_pulsar_weight(x->def, &c[i], &w) &&
@@ -301,16 +298,17 @@ rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
  * patterns order like the values, so ~bits orders them descending.  Each
  * entry is packed into one word: the top 52 bits of ~bits, then the
  * candidate index in the low KEY_IDX_BITS bits (indices < SG_MAX_CANDIDATES).
- * Sorting the words is plain integer sorting: insertion sort for short
- * lists, an LSD radix sort over bytes (skipping bytes every key shares)
- * above.  Dropping the low 12 score bits can merge distinct scores into
- * equal keys but never reorders them, so a final pass re-sorts each run of
- * equal keys by the exact rule (score descending, then cluster id).  The
- * keys live in order[] itself; the radix sort borrows idx or idx2.
+ * Sorting the words is plain integer sorting (sgi_sort_keys: a
+ * branch-free merge sort for short lists, an LSD radix sort over bytes,
+ * skipping bytes every key shares, for long ones).  Dropping the low 12
+ * score bits can merge distinct scores into equal keys but never reorders
+ * them, so a final pass re-sorts each run of equal keys by the exact rule
+ * (score descending, then cluster id).  The keys live in order[] itself;
+ * the sort borrows idx or idx2.
  */
 #define KEY_IDX_BITS	12
 #define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
-#define RADIX_MIN	128
+#define MERGE_MAX	512	/* merge sort below, radix from here */
 
 _Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
     "candidate indices must fit in the key's low bits");
@@ -335,6 +333,63 @@ insertion_keys(size_t *a, size_t n)
 			a[j] = a[j - 1];
 		a[j] = t;
 	}
+}
+
+/* Order two keys without a branch. */
+static inline void
+cswap(size_t *x, size_t *y)
+{
+	size_t a = *x, b = *y;
+
+	*x = a < b ? a : b;
+	*y = a < b ? b : a;
+}
+
+/*
+ * Bottom-up merge sort of a[0..n) using tmp[0..n): runs of 4 sorted by a
+ * network, then merges whose element choice is a conditional move, not a
+ * branch (random keys would mispredict it half the time).
+ */
+static void
+merge_keys(size_t *a, size_t *tmp, size_t n)
+{
+	size_t *src = a, *dst = tmp, *t, run, lo, mid, hi, i, j, k;
+
+	for (lo = 0; lo + 4 <= n; lo += 4) {
+		/* a sorting network of 5 compare-exchanges per 4 */
+		cswap(&a[lo], &a[lo + 1]);
+		cswap(&a[lo + 2], &a[lo + 3]);
+		cswap(&a[lo], &a[lo + 2]);
+		cswap(&a[lo + 1], &a[lo + 3]);
+		cswap(&a[lo + 1], &a[lo + 2]);
+	}
+	insertion_keys(a + lo, n - lo);
+	for (run = 4; run < n; run *= 2) {
+		for (lo = 0; lo < n; lo += 2 * run) {
+			mid = lo + run < n ? lo + run : n;
+			hi = lo + 2 * run < n ? lo + 2 * run : n;
+			i = lo;
+			j = mid;
+			k = lo;
+			while (i < mid && j < hi) {
+				size_t x = src[i], y = src[j];
+				bool take = y < x;
+
+				dst[k++] = take ? y : x;
+				j += take;
+				i += !take;
+			}
+			while (i < mid)
+				dst[k++] = src[i++];
+			while (j < hi)
+				dst[k++] = src[j++];
+		}
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != a)
+		memcpy(a, src, n * sizeof *a);
 }
 
 /* LSD radix sort of a[0..n) using tmp[0..n); result in a. */
@@ -369,6 +424,17 @@ radix_keys(size_t *a, size_t *tmp, size_t n)
 		memcpy(a, src, n * sizeof *a);
 }
 
+void
+sgi_sort_keys(size_t *a, size_t *tmp, size_t n)
+{
+	if (n <= 8)
+		insertion_keys(a, n);
+	else if (n < MERGE_MAX)
+		merge_keys(a, tmp, n);
+	else
+		radix_keys(a, tmp, n);
+}
+
 static size_t
 rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
 {
@@ -379,11 +445,8 @@ rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
 	for (i = 0; i < x->n; i++)
 		if (score[i] > 0)
 			order[nr++] = rank_key(score[i], i);
-	if (nr < RADIX_MIN)
-		insertion_keys(order, nr);
-	else
-		radix_keys(order, order == x->scratch->idx2 ?
-		    x->scratch->idx : x->scratch->idx2, nr);
+	sgi_sort_keys(order, order == x->scratch->idx2 ? x->scratch->idx :
+	    x->scratch->idx2, nr);
 	/* unpack, run by run of equal truncated keys */
 	for (i = 0; i < nr; i = j) {
 		base = order[i] & ~KEY_IDX_MASK;
@@ -420,16 +483,6 @@ rcache(const sgi_ctx *x)
 	return x->scratch->reference ? NULL : x->scratch->rcache;
 }
 
-#if SIZE_MAX >= UINT64_MAX
-void
-sgi_sort_keys(size_t *a, size_t *tmp, size_t n)
-{
-	if (n < RADIX_MIN)
-		insertion_keys(a, n);
-	else
-		radix_keys(a, tmp, n);
-}
-#endif
 
 size_t
 sgi_pulsar_rank(sgi_ctx *x, size_t *order)
@@ -446,6 +499,8 @@ sgi_pulsar_rank(sgi_ctx *x, size_t *order)
 			order[i] = r[i];
 		return nr;
 	}
+	if (!x->scratch->reference)
+		sgi_hb_prepare(&prefix);	/* n hashes after it */
 	nr = rank_sorted(x, &prefix, order);
 	if (lk.state == SGI_RC_STORE)
 		(void)sgi_rcache_store(x->scratch->rcache, &lk, order, nr);
@@ -547,6 +602,41 @@ ahead(const sg_snapshot *s, const double *score, size_t a, size_t b)
 	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
 }
 
+/* The reference: every exact score, the best eligible one, its depth. */
+static void
+pulsar_reference(sgi_ctx *x, sg_decision *out, const sgi_hashbuf *prefix)
+{
+	const unsigned char *ex = x->scratch->excluded;
+	bool kv = x->def->consider_kv_free_tokens, found = false;
+	double *score = x->scratch->d1;
+	size_t i, best = 0;
+	unsigned depth = 1;
+	bool kv_skip = false;
+
+	pulsar_scores(x, prefix, score);
+	for (i = 0; i < x->n; i++) {
+		if (!(score[i] > 0) || ex[i] ||
+		    (kv && sgi_pulsar_feasible(x, i) != 0))
+			continue;
+		if (!found || ahead(x->snap, score, i, best)) {
+			best = i;
+			found = true;
+		}
+	}
+	if (!found) {
+		unavailable(x, out);
+		return;
+	}
+	for (i = 0; i < x->n; i++)
+		if (score[i] >= score[best] && i != best &&
+		    ahead(x->snap, score, i, best)) {
+			depth++;
+			if (kv && sgi_pulsar_feasible(x, i) == 2)
+				kv_skip = true;
+		}
+	selected(x, out, best, depth, kv_skip);
+}
+
 /*
  * Pulsar over a known ranking: the first eligible rank wins, its depth is
  * its position, and a KV skip is any ranked cluster before it that failed
@@ -571,18 +661,112 @@ pulsar_walk(sgi_ctx *x, sg_decision *out, const uint16_t *rank, size_t nr)
 	unavailable(x, out);
 }
 
+/*
+ * The exact score of candidate i (as pulsar_scores() computes it), from its
+ * hash bits in hb[i]; memoised in sc[i] (NaN: not computed yet).
+ */
+static double
+exact_score(const sgi_ctx *x, const double *hb, double *sc, size_t i)
+{
+	const sg_cluster *c = &sgi_snapshot_clusters(x->snap)[i];
+	uint64_t h;
+	double w, v;
+
+	if (!isnan(sc[i]))
+		return sc[i];
+	memcpy(&h, &hb[i], sizeof h);
+	if (!sgi_pulsar_weight(x->def, c, &w) || !sgi_pulsar_score(h, w, &v))
+		v = -1;
+	sc[i] = v;
+	return v;
+}
+
+/*
+ * Pulsar without a cached ranking: the first eligible cluster of the
+ * ranking is the eligible one with the best score, and its depth counts
+ * the ranked clusters ahead of it.  A score is w / -ln(u); since
+ * -ln(u) >= 1 - u, w / (1 - u) bounds it from above (widened by 2^-30
+ * against rounding), costs a division instead of a logarithm, and is
+ * tight for the high scores that matter.  So the logarithm is taken only
+ * for candidates whose bound reaches the best exact score found: a
+ * candidate below it can neither beat nor tie the winner, nor rank ahead
+ * of it.  The result is exactly that of comparing every exact score.
+ */
+static void
+pulsar_uncached(sgi_ctx *x, sg_decision *out, const sgi_hashbuf *prefix)
+{
+	const sg_cluster *c = sgi_snapshot_clusters(x->snap);
+	double *hb = x->scratch->d1, *bound = x->scratch->d2;
+	double *sc = x->scratch->d3, w, sb = 0, v, top = -1;
+	bool kv = x->def->consider_kv_free_tokens, kv_skip = false;
+	size_t i, best = SIZE_MAX, first = SIZE_MAX;
+	unsigned depth = 1;
+	uint64_t h, nh;
+
+	sgi_pulsar_hashes(prefix, c, x->n, hb);
+	for (i = 0; i < x->n; i++) {
+		sc[i] = NAN;
+		if (!sgi_pulsar_weight(x->def, &c[i], &w)) {
+			bound[i] = -1;		/* unranked */
+			continue;
+		}
+		/*
+		 * 1 - u is (2^64 - 1 - h) / 2^64 up to the rounding of u
+		 * (2^-53 absolute): below 2^-20 the bound is left infinite
+		 * (the score is computed), above it the rounding, the halved
+		 * integer (a signed conversion is one instruction) and the
+		 * division are all inside the 2^-30 widening.
+		 */
+		memcpy(&h, &hb[i], sizeof h);
+		nh = ~h;
+		bound[i] = nh < ((uint64_t)1 << 44) ? INFINITY :
+		    w / ((double)(int64_t)(nh >> 1) * 0x1p-63) *
+		    (1.0 + 0x1p-30);
+		if (bound[i] > top && sgi_pulsar_feasible(x, i) == 0) {
+			top = bound[i];
+			first = i;
+		}
+	}
+	/* the eligible candidate with the best bound sets the bar */
+	if (first != SIZE_MAX && (v = exact_score(x, hb, sc, first)) > 0) {
+		best = first;
+		sb = v;
+	}
+	for (i = 0; i < x->n; i++) {
+		if (i == best || !(bound[i] > 0) ||
+		    (best != SIZE_MAX && bound[i] < sb) ||
+		    sgi_pulsar_feasible(x, i) != 0)
+			continue;
+		if ((v = exact_score(x, hb, sc, i)) > 0 &&
+		    (best == SIZE_MAX || ahead(x->snap, sc, i, best))) {
+			best = i;
+			sb = v;
+		}
+	}
+	if (best == SIZE_MAX) {
+		unavailable(x, out);
+		return;
+	}
+	/* ranked clusters ahead of it (all ineligible): count, note KV skips */
+	for (i = 0; i < x->n; i++) {
+		if (i == best || !(bound[i] >= sb))
+			continue;
+		if (exact_score(x, hb, sc, i) > 0 && ahead(x->snap, sc, i, best)) {
+			depth++;
+			if (kv && sgi_pulsar_feasible(x, i) == 2)
+				kv_skip = true;
+		}
+	}
+	selected(x, out, best, depth, kv_skip);
+}
+
 int
 sgi_pulsar(sgi_ctx *x, sg_decision *out)
 {
-	const unsigned char *ex = x->scratch->excluded;
-	bool kv = x->def->consider_kv_free_tokens, found = false;
-	double *score = x->scratch->d1;
-	size_t i, best = 0, nr;
-	unsigned depth = 1;
-	bool kv_skip = false;
 	sgi_hashbuf prefix;
 	sgi_rclookup lk;
 	const uint16_t *r;
+	size_t nr;
 
 	if (x->explain != NULL)
 		pulsar_explain(x);
@@ -593,6 +777,7 @@ sgi_pulsar(sgi_ctx *x, sg_decision *out)
 		pulsar_walk(x, out, r, nr);
 		return 0;
 	case SGI_RC_STORE:
+		sgi_hb_prepare(&prefix);	/* n hashes after it */
 		nr = rank_sorted(x, &prefix, x->scratch->order);
 		r = sgi_rcache_store(x->scratch->rcache, &lk,
 		    x->scratch->order, nr);
@@ -601,29 +786,11 @@ sgi_pulsar(sgi_ctx *x, sg_decision *out)
 	default:
 		break;
 	}
-	pulsar_scores(x, &prefix, score);
-	/* The first eligible cluster of the ranking = the best-ranked one. */
-	for (i = 0; i < x->n; i++) {
-		if (!(score[i] > 0) || ex[i] ||
-		    (kv && sgi_pulsar_feasible(x, i) != 0))
-			continue;
-		if (!found || ahead(x->snap, score, i, best)) {
-			best = i;
-			found = true;
-		}
+	if (x->scratch->reference)
+		pulsar_reference(x, out, &prefix);
+	else {
+		sgi_hb_prepare(&prefix);
+		pulsar_uncached(x, out, &prefix);
 	}
-	if (!found) {
-		unavailable(x, out);
-		return 0;
-	}
-	/* Everything ranked ahead of it is ineligible: count, note KV skips. */
-	for (i = 0; i < x->n; i++)
-		if (score[i] >= score[best] && i != best &&
-		    ahead(x->snap, score, i, best)) {
-			depth++;
-			if (kv && sgi_pulsar_feasible(x, i) == 2)
-				kv_skip = true;
-		}
-	selected(x, out, best, depth, kv_skip);
 	return 0;
 }

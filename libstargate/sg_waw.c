@@ -752,8 +752,11 @@ affinity_group(struct waw *w, size_t *group)
 	sgi_ring_prefix(&prefix, w->d, x->req);
 	kh = sgi_ring_key_hash(&prefix, key, strlen(key));
 	if (n > UINT32_MAX || V > RING_MAX / n || n * V > s->ring_cap ||
-	    s->ring_hash == NULL || s->reference)
+	    s->ring_hash == NULL || s->reference) {
+		if (!s->reference)
+			sgi_hb_prepare(&prefix);	/* n * V hashes */
 		return group_uncached(w, &prefix, kh, V, m, group);
+	}
 
 	entries = (size_t)(n * V);
 	ids = sg_snapshot_ids_version(x->snap);
@@ -764,6 +767,7 @@ affinity_group(struct waw *w, size_t *group)
 		uint64_t v;
 
 		s->ring_valid = false;
+		sgi_hb_prepare(&prefix);	/* n * V hashes */
 		for (i = 0; i < n; i++) {
 			const sg_cluster *c = cl(w, i);
 

@@ -190,6 +190,22 @@ test_pulsar_score_is_weight_over_minus_ln_u(void **state)
 		assert_true(sgi_pulsar_score(hs[i], 100, &s));
 		assert_true(s == 100 / -log(u));
 	}
+	/* and for random hashes, half of them with the top bit set */
+	{
+		uint64_t g = 7, h;
+
+		for (i = 0; i < 200000; i++) {
+			g ^= g << 13;
+			g ^= g >> 7;
+			g ^= g << 17;
+			h = i % 2 ? g | (1ULL << 63) : g >> (i % 64);
+			u = ((double)h + 1.0) / ((double)UINT64_MAX + 2.0);
+			if (!(-log(u) > 0))
+				continue;
+			assert_true(sgi_pulsar_score(h, 3, &s));
+			assert_true(s == 3 / -log(u));
+		}
+	}
 	assert_true(sgi_pulsar_score(0, 1, &s));
 	assert_near(s, 1 / -log(1.0 / ((double)UINT64_MAX + 2.0)), 1e-12);
 	/* h = UINT64_MAX gives u = 1, e = 0: unranked */
@@ -390,11 +406,138 @@ test_rng_below_in_bounds_and_covers_range(void **state)
 	}
 }
 
+/*
+ * XXH3 of prefix ‖ tail with the prefix's blocks premixed is XXH3_64bits of
+ * the concatenation (libxxhash's), for every prefix length 0..260 with every
+ * total length up to 280 (all of XXH3's short, 17..128, 129..240 and long
+ * paths, every block alignment), random bytes, prepared or not; and for a
+ * streamed (very long) prefix.
+ */
+static void
+test_prepared_tail_hash_is_xxh3_of_the_concatenation(void **state)
+{
+	static unsigned char cat[4096];
+	uint64_t g = 0x243f6a8885a308d3ULL;
+	sgi_hashbuf h;
+	size_t p, t, i, rep, cases = 0;
+
+	(void)state;
+	for (p = 0; p <= 260; p++)
+		for (t = 0; p + t <= 280; t++)
+			for (rep = 0; rep < 2; rep++, cases++) {
+				for (i = 0; i < p + t; i++) {
+					g ^= g << 13;
+					g ^= g >> 7;
+					g ^= g << 17;
+					cat[i] = (unsigned char)g;
+				}
+				sgi_hb_reset(&h);
+				memcpy(h.b, cat, p);
+				h.len = p;
+				assert_true(sgi_hb_xxh3_tail(&h, cat + p, t) ==
+				    XXH3_64bits(cat, p + t));
+				sgi_hb_prepare(&h);
+				assert_true(h.prepared);
+				if (sgi_hb_xxh3_tail(&h, cat + p, t) !=
+				    XXH3_64bits(cat, p + t))
+					fail_msg("prefix %zu tail %zu", p, t);
+			}
+	assert_true(cases > 60000);
+	/* appending after prepare drops the premixed blocks */
+	sgi_hb_reset(&h);
+	memcpy(h.b, cat, 100);
+	h.len = 100;
+	sgi_hb_prepare(&h);
+	sgi_hb_byte(&h, cat[100]);
+	assert_false(h.prepared);
+	assert_true(sgi_hb_xxh3_tail(&h, cat + 101, 50) ==
+	    XXH3_64bits(cat, 151));
+	/* a streamed prefix: prepare is a no-op, the hash is still right */
+	memset(cat, 'k', sizeof(cat));
+	sgi_hb_reset(&h);
+	sgi_hb_tag(&h, "k", cat, 3000);
+	sgi_hb_prepare(&h);
+	assert_false(h.prepared);
+	{
+		static unsigned char all[4096];
+		size_t n = put_tag(all, 0, "k", cat, 3000);
+
+		memcpy(all + n, "tail", 4);
+		assert_true(sgi_hb_xxh3_tail(&h, "tail", 4) ==
+		    XXH3_64bits(all, n + 4));
+	}
+}
+
+/*
+ * The batch of pulsar hashes equals one sgi_pulsar_hash() per cluster (and
+ * XXH3 of the hand-built bytes), prepared or not, for ids of every length
+ * and prefixes that put the batch on each of XXH3's paths.
+ */
+static void
+test_pulsar_hashes_batch_equals_one_by_one(void **state)
+{
+	static sg_cluster c[300];
+	static double bits[300];
+	static const size_t keylens[] = { 0, 1, 40, 100, 200, 300 };
+	unsigned char buf[2048];
+	uint64_t g = 99, h, want;
+	sgi_hashbuf prefix;
+	sg_request r;
+	sg_algdef d;
+	char id[SG_ID_MAX + 1], key[400];
+	size_t i, k, n, len, m;
+
+	(void)state;
+	setdef(&d, "seed");
+	for (i = 0; i < 300; i++) {
+		g ^= g << 13;
+		g ^= g >> 7;
+		g ^= g << 17;
+		len = 1 + (size_t)(g % SG_ID_MAX);
+		if (i < SG_ID_MAX)
+			len = i + 1;	/* every length once */
+		for (k = 0; k < len; k++)
+			id[k] = (char)('a' + (g >> (k % 50)) % 26);
+		assert_int_equal(sg_cluster_init(&c[i], id, len), 0);
+	}
+	for (k = 0; k < sizeof(keylens) / sizeof(keylens[0]); k++) {
+		memset(key, 'q', keylens[k]);
+		key[keylens[k]] = '\0';
+		sg_request_init(&r);
+		r.model = "m";
+		r.cache_affinity_key = key;
+		sgi_pulsar_prefix(&prefix, &d, &r);
+		for (m = 0; m < 2; m++) {
+			if (m == 1)
+				sgi_hb_prepare(&prefix);
+			for (n = 0; n <= 300; n += 299) {
+				sgi_pulsar_hashes(&prefix, c, n, bits);
+				for (i = 0; i < n; i++) {
+					memcpy(&h, &bits[i], sizeof h);
+					assert_true(h == sgi_pulsar_hash(&prefix,
+					    c[i].id, c[i].id_len));
+				}
+			}
+			sgi_pulsar_hashes(&prefix, c + 7, 3, bits);
+			/* by hand: prefix bytes ‖ tag("cluster_id", id) */
+			memcpy(buf, prefix.b, prefix.len);
+			len = put_tag(buf, prefix.len, "cluster_id", c[9].id,
+			    c[9].id_len);
+			want = XXH3_64bits(buf, len);
+			memcpy(&h, &bits[2], sizeof h);
+			assert_true(h == want);
+		}
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tag_layout_is_name_ff_le64_len_value),
+		cmocka_unit_test(
+		    test_prepared_tail_hash_is_xxh3_of_the_concatenation),
+		cmocka_unit_test(test_pulsar_hashes_batch_equals_one_by_one),
 		cmocka_unit_test(test_ring_entry_vector_matches_hand_built_bytes),
 		cmocka_unit_test(test_ring_key_hash_layout),
 		cmocka_unit_test(test_pulsar_vector_0x19443c44ec9f8abf),

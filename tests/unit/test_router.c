@@ -792,9 +792,10 @@ prop_assert_same(const sg_decision *a, const sg_decision *b, size_t trial)
 
 /*
  * Property: the fast paths (ring cache keyed on the ids version, bucket
- * walks without a full sort, the ranking cache, the resolution memo, the
- * exclusion bookkeeping) decide exactly like the reference paths, over
- * random snapshots, definitions and requests.  Between rounds of decisions
+ * walks without a full sort, the ranking cache, pulsar's logarithm-sparing
+ * argmax, the resolution memo, the exclusion bookkeeping) decide exactly
+ * like the reference paths, over random snapshots, definitions and
+ * requests, with the ranking cache on and off.  Between rounds of decisions
  * the snapshot is rebuilt in place (new ids or order), replaced, copied
  * over, or only has its load figures and weights changed.
  */
@@ -803,6 +804,7 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 {
 	sg_lbconf *conf = fx_conf(PROP_CONF);
 	sg_router *fast = fx_router(conf, 7), *ref = fx_router(conf, 7);
+	sg_router *nocache = fx_router(conf, 7);
 	sg_snapshot *s = sg_snapshot_new(), *t = sg_snapshot_new();
 	static const char *const keys[] = { "k0", "k1", "k2", "k3", "k4",
 	    "k5", "a-longer-cache-affinity-key-0123456789", "", NULL };
@@ -813,6 +815,8 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 
 	(void)state;
 	sgi_router_scratch(ref)->reference = true;
+	assert_int_equal(sg_router_set_cache(nocache, false), 0);
+	assert_null(sgi_router_scratch(nocache)->rcache);
 	prop_rebuild(&g, s);
 	for (round = 0; round < 1500; round++) {
 		size_t n;
@@ -845,8 +849,8 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 		n = sg_snapshot_count(s);
 		for (j = 0; j < 12; j++, trial++) {
 			const char *excl[8];
-			sg_request ra, rb;
-			sg_decision da, db;
+			sg_request ra, rb, rc;
+			sg_decision da, db, dc;
 			sg_error err;
 			double e;
 
@@ -881,18 +885,25 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 			}
 			e = (double)prop_below(&g, 5) * 7.5;
 			rb = ra;
+			rc = ra;
 			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
 			    &err), 0);
 			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
 			    &err), 0);
+			assert_int_equal(sg_router_decide(nocache, s, &rc, e,
+			    &dc, &err), 0);
 			prop_assert_same(&da, &db, trial);
+			prop_assert_same(&dc, &db, trial);
 			/* a later decision of the same request, classified */
 			e += 12.5;
 			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
 			    &err), 0);
 			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
 			    &err), 0);
+			assert_int_equal(sg_router_decide(nocache, s, &rc, e,
+			    &dc, &err), 0);
 			prop_assert_same(&da, &db, trial);
+			prop_assert_same(&dc, &db, trial);
 		}
 	}
 	/* the cached side did use its cache, through every kind of change */
@@ -905,6 +916,83 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	sg_snapshot_free(s);
 	sg_snapshot_free(t);
 	sg_router_free(fast);
+	sg_router_free(ref);
+	sg_router_free(nocache);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Near ties in pulsar: weights set from each candidate's own hash so that
+ * the scores w / -ln(u) of many candidates are equal or a few ulps apart
+ * (the logarithm-sparing argmax must still find exactly the reference's
+ * winner and depth), with exclusions and KV feasibility in play.
+ */
+static void
+test_pulsar_near_ties_decide_like_the_reference(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"p\":{\"algorithm\":"
+	    "\"pulsar\",\"consider_kv_free_tokens\":true}}}");
+	sg_router *nocache = fx_router(conf, 3), *ref = fx_router(conf, 3);
+	sg_snapshot *s = sg_snapshot_new();
+	static const double eps[] = { 0, 0, 0, 1e-16, -1e-16, 2e-16, 1e-13,
+	    -1e-13, 1e-9, 1e-6, 1e-3, 0.5 };
+	uint64_t g = 12345;
+	size_t trial, i, n;
+	char id[16], key[32];
+
+	(void)state;
+	sgi_router_scratch(ref)->reference = true;
+	assert_int_equal(sg_router_set_cache(nocache, false), 0);
+	for (trial = 0; trial < 3000; trial++) {
+		const sg_algdef *d;
+		const char *excl[4];
+		sgi_hashbuf prefix;
+		sg_request ra, rb;
+		sg_decision da, db;
+		sg_error err;
+
+		n = 2 + (size_t)prop_below(&g, 200);
+		sg_snapshot_clear(s);
+		for (i = 0; i < n; i++) {
+			sg_cluster c;
+
+			snprintf(id, sizeof(id), "c%zu", i);
+			assert_int_equal(sg_cluster_init(&c, id, strlen(id)),
+			    0);
+			c.kv_free_tokens = prop_below(&g, 6) == 0 ? 0 : 5000;
+			c.kv_capacity_tokens = 10000;
+			assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+		}
+		snprintf(key, sizeof(key), "key-%zu", trial);
+		fx_req(&ra, "r", key, 100);
+		ra.model = "p";
+		d = fx_def(conf, &ra);
+		sgi_pulsar_prefix(&prefix, d, &ra);
+		for (i = 0; i < n; i++) {
+			sg_cluster *c = sg_snapshot_at(s, i);
+			uint64_t h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
+			double u = ((double)h + 1.0) * 0x1p-64;
+
+			/* score = w / -ln(u) = 1000 * (1 + eps) */
+			c->max_input_tps = 1000.0 * -log(u) *
+			    (1 + eps[prop_below(&g, sizeof(eps) /
+			    sizeof(eps[0]))]);
+			if (prop_below(&g, 50) == 0)
+				c->max_input_tps = 0;	/* unranked */
+		}
+		ra.nexcluded = (size_t)prop_below(&g, 4);
+		for (i = 0; i < ra.nexcluded; i++)
+			excl[i] = sg_snapshot_get(s,
+			    (size_t)prop_below(&g, n))->id;
+		ra.excluded = excl;
+		rb = ra;
+		assert_int_equal(sg_router_decide(nocache, s, &ra, 0, &da, &err),
+		    0);
+		assert_int_equal(sg_router_decide(ref, s, &rb, 0, &db, &err), 0);
+		prop_assert_same(&da, &db, trial);
+	}
+	sg_snapshot_free(s);
+	sg_router_free(nocache);
 	sg_router_free(ref);
 	sg_lbconf_free(conf);
 }
@@ -980,6 +1068,8 @@ main(void)
 		cmocka_unit_test(test_router_new_rejects_missing_config),
 		cmocka_unit_test(test_fast_paths_decide_like_the_reference_paths),
 		cmocka_unit_test(test_resolution_follows_each_request),
+		cmocka_unit_test(
+		    test_pulsar_near_ties_decide_like_the_reference),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -536,12 +536,9 @@ floor_pulsar_scores(struct world *w, const sg_request *r)
 	double wt;
 
 	sgi_pulsar_prefix(&prefix, w->def, r);
-	for (i = 0; i < w->n; i++) {
-		const sg_cluster *c = sg_snapshot_get(w->snap, i);
-
-		h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
-		memcpy(&w->score[i], &h, sizeof h);
-	}
+	sgi_hb_prepare(&prefix);	/* the library's fastest hashing */
+	sgi_pulsar_hashes(&prefix, sgi_snapshot_clusters(w->snap), w->n,
+	    w->score);
 	for (i = 0; i < w->n; i++) {
 		memcpy(&h, &w->score[i], sizeof h);
 		if (sgi_pulsar_weight(w->def, sg_snapshot_get(w->snap, i), &wt) &&
@@ -551,15 +548,6 @@ floor_pulsar_scores(struct world *w, const sg_request *r)
 			w->score[i] = -1;
 	}
 	return nr;
-}
-
-static int
-score_desc(const void *a, const void *b, void *arg)
-{
-	const double *s = arg;
-	double x = s[*(const size_t *)a], y = s[*(const size_t *)b];
-
-	return (x < y) - (x > y);
 }
 
 /* One floor "decision"; returns something derived so it is not elided. */
@@ -615,19 +603,20 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		/* N hashes + full ranking, then core selection over rank 1..k */
 		sgi_rng_seed(&g, 42, w->def, r);
 		nr = floor_pulsar_scores(w, r);
-		if (nr <= 64) {
-			size_t j, t;
+		/*
+		 * The library's sort: scores (positive) packed as ~bits above
+		 * the index, sorted as integers (ties left as they fall).
+		 */
+		for (i = 0; i < nr; i++) {
+			uint64_t b;
 
-			for (i = 1; i < nr; i++) {
-				t = w->order[i];
-				for (j = i; j > 0 &&
-				    w->score[w->order[j - 1]] < w->score[t]; j--)
-					w->order[j] = w->order[j - 1];
-				w->order[j] = t;
-			}
-		} else
-			qsort_r(w->order, nr, sizeof *w->order, score_desc,
-			    w->score);
+			memcpy(&b, &w->score[w->order[i]], sizeof b);
+			w->order[i] = ((size_t)~b & ~(size_t)0xfff) |
+			    w->order[i];
+		}
+		sgi_sort_keys(w->order, w->order2, nr);
+		for (i = 0; i < nr; i++)
+			w->order[i] &= 0xfff;
 		best = floor_core(w, r, w->order, nr < 2 ? nr : 2, &g);
 		return best != SIZE_MAX ? best : floor_core(w, r, w->order,
 		    nr, &g);
