@@ -52,7 +52,7 @@ static inline void
 put_le64(unsigned char *p, uint64_t v)
 {
 	v = htole64(v);
-	memcpy(p, &v, sizeof v);	/* one store: it is read back as words */
+	memcpy(p, &v, sizeof v);	/* one store: read back as words */
 }
 
 /* Tag header bytes (name, 0xFF, length) into out; returns their count. */
@@ -147,8 +147,9 @@ sgi_hb_xxh3(const sgi_hashbuf *h)
 #define MID_MIN		17	/* XXH3's mid-size paths: 17..240 bytes */
 #define MID_SPLIT	128	/* 17..128 one way, 129..240 the other */
 #define MID_MAX		240
-#define SECRET_LAST	(XXH3_SECRET_SIZE_MIN - 17)	/* last block, 129..240 */
-#define SECRET_MID	3				/* blocks 8.., 129..240 */
+/* 129..240: secret offsets of the last block and of blocks 8.. */
+#define SECRET_LAST	(XXH3_SECRET_SIZE_MIN - 17)
+#define SECRET_MID	3
 
 void
 sgi_hb_prepare(sgi_hashbuf *h)
@@ -285,7 +286,7 @@ hash_suffix(const sgi_hashbuf *prefix, const char *name, const void *val,
 	XXH3_state_t st;
 
 	if (namelen <= 64 && len <= 256 && taillen <= 128) {
-		/* premixed: the window starts with the prefix's partial block */
+		/* premixed: the window starts with the prefix's tail */
 		n = namelen + TAG_HDR + len + taillen;
 		if (premixed(prefix, n)) {
 			r = prefix->len - 16 * prefix->pre_full;
@@ -406,7 +407,8 @@ sgi_pulsar_hashes(const sgi_hashbuf *prefix, const sg_cluster *c, size_t n,
 			put_le64(win[j % PIPE] + head, c[j].id_len);
 			memcpy(win[j % PIPE] + head + 8, c[j].id, c[j].id_len);
 		}
-		h = premixed(prefix, len - r) ? mid(prefix, win[i % PIPE], len) :
+		h = premixed(prefix, len - r) ?
+		    mid(prefix, win[i % PIPE], len) :
 		    sgi_pulsar_hash(prefix, c[i].id, c[i].id_len);
 		memcpy(&bits[i], &h, sizeof h);
 	}

@@ -24,8 +24,29 @@
 
 /* --- snapshots ------------------------------------------------------------ */
 
+/* The snapshot's representation (sg_snapshot.c owns it; read-only here). */
+struct sg_snapshot {
+	sg_cluster	*c;		/* candidates, in order */
+	size_t		 n;
+	size_t		 cap;
+	uint32_t	*slot;		/* id index: position + 1, 0 = empty */
+	size_t		 nslot;		/* power of two, >= 2 * cap, or 0 */
+	uint64_t	 nonce;		/* version of the empty id list */
+	uint64_t	 ids_ver;	/* version of c[0..n)'s ids */
+};
+
 /* The clusters as one array of sg_snapshot_count() entries (hot loops). */
-const sg_cluster *sgi_snapshot_clusters(const sg_snapshot *s);
+static inline const sg_cluster *
+sgi_snapshot_clusters(const sg_snapshot *s)
+{
+	return s->c;
+}
+
+static inline size_t
+sgi_snapshot_count(const sg_snapshot *s)
+{
+	return s->n;
+}
 
 /* --- estimates (ref §2.4) ------------------------------------------------ */
 
@@ -191,8 +212,8 @@ typedef struct sgi_hashbuf {
 	bool		prepared;
 	size_t		pre_full;	/* 16-byte blocks wholly in b[0..len) */
 	uint64_t	pre_front[4];	/* 17..128: block k with secret 32k */
-	uint64_t	pre_sum8;	/* 129..240: sum of the first-stage blocks */
-	uint64_t	pre_mid[15];	/* 129..240: block k >= 8, second stage */
+	uint64_t	pre_sum8;	/* 129..240: first-stage block sum */
+	uint64_t	pre_mid[15];	/* 129..240: block k >= 8 */
 } sgi_hashbuf;
 
 void	 sgi_hb_reset(sgi_hashbuf *h);		/* empty */

@@ -76,15 +76,15 @@ struct entry {
 };
 
 struct sgi_rcache {
-	size_t		 ncap;		/* candidates a ranking holds; 0: none */
+	size_t		 ncap;		/* a ranking's candidates; 0: none */
 	size_t		 nent;		/* entries, a multiple of WAYS */
 	size_t		 nsets;		/* power of two */
-	uint64_t	*tag;		/* per entry: XXH3 of the prefix bytes */
+	uint64_t	*tag;		/* per entry: XXH3 of its prefix */
 	struct entry	*ent;
 	unsigned char	*pfx;		/* nent * PFX_MAX */
 	uint16_t	*rank;		/* nent * ncap */
 	uint64_t	*prob;		/* PROBATION key hashes */
-	unsigned char	*prob_next;	/* per probation set: next way to fill */
+	unsigned char	*prob_next;	/* per probation set: next way */
 	struct wstate	 ws[WSLOTS];
 	uint64_t	 gen_next;
 	uint64_t	 clock;
@@ -157,8 +157,9 @@ grow(sgi_rcache *rc, size_t n)
 	for (i = 0; i < WSLOTS; i++)
 		if ((rc->ws[i].w = malloc(ncap * sizeof(uint64_t))) == NULL)
 			break;
-	if (rc->tag == NULL || rc->ent == NULL || rc->pfx == NULL || rc->rank == NULL ||
-	    rc->prob == NULL || rc->prob_next == NULL || i < WSLOTS) {
+	if (rc->tag == NULL || rc->ent == NULL || rc->pfx == NULL ||
+	    rc->rank == NULL || rc->prob == NULL || rc->prob_next == NULL ||
+	    i < WSLOTS) {
 		release(rc);
 		return SG_ENOMEM;
 	}
@@ -255,7 +256,7 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
     const sgi_hashbuf *prefix, sgi_rclookup *lk, const uint16_t **rank,
     size_t *nr)
 {
-	size_t n = sg_snapshot_count(snap), set, i, len = prefix->len, slot;
+	size_t n = sgi_snapshot_count(snap), set, i, len = prefix->len, slot;
 	size_t victim = SIZE_MAX, dead = SIZE_MAX;
 	struct entry *e;
 	uint64_t h, gen, *p;

@@ -191,7 +191,7 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
     sg_request *req, double elapsed, uint64_t *rr, sgi_ctx *x, sg_error *err)
 {
 	sgi_scratch *s = &rt->scratch;
-	size_t n = sg_snapshot_count(snap), ring = 0, i, ne;
+	size_t n = sgi_snapshot_count(snap), ring = 0, i, ne;
 	uint64_t V;
 
 	if (d->algorithm == SG_ALG_WAIT_AND_WIDEN && d->selection_count > 0 &&
@@ -286,7 +286,7 @@ admission(sgi_ctx *x)
 	size_t i;
 
 	for (i = 0; i < x->n; i++) {
-		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		const sg_cluster *c = &sgi_snapshot_clusters(x->snap)[i];
 
 		if (pulsar) {
 			if (!sgi_pulsar_weight(d, c, &w) ||
@@ -386,7 +386,7 @@ sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 	if (d->algorithm < 0 || d->algorithm >= SG_ALG_COUNT)
 		return sg_seterr(err, SG_EINVAL, "router: bad algorithm %d",
 		    d->algorithm);
-	if (sg_snapshot_count(snap) == 0) {
+	if (sgi_snapshot_count(snap) == 0) {
 		memset(out, 0, sizeof(*out));
 		out->algorithm = sg_algorithm_name(d->algorithm);
 		reject(out, 404, "no_eligible_candidates", NULL);
@@ -441,7 +441,7 @@ sg_router_explain(sg_router *rt, const sg_snapshot *snap,
 	    json_string(sg_algorithm_name(d->algorithm)));
 	copy = *req;		/* the algorithm may classify the copy */
 	rr = rt->rr[d->id];	/* round-robin must not advance */
-	if (sg_snapshot_count(snap) > 0) {
+	if (sgi_snapshot_count(snap) > 0) {
 		if ((rc = prepare(rt, d, snap, &copy, elapsed_ms, &rr, &x,
 		    err)) != 0)
 			goto fail;

@@ -25,6 +25,13 @@
 
 static void	score_explain(sgi_ctx *);
 
+/* Candidate i of the call's snapshot. */
+static inline const sg_cluster *
+cand(const sgi_ctx *x, size_t i)
+{
+	return &sgi_snapshot_clusters(x->snap)[i];
+}
+
 static void
 unavailable(const sgi_ctx *x, sg_decision *out)
 {
@@ -48,7 +55,7 @@ selected(const sgi_ctx *x, sg_decision *out, size_t i, unsigned depth,
 	out->kind = SG_DECIDE_SELECT;
 	out->algorithm = sg_algorithm_name(x->def->algorithm);
 	out->index = i;
-	out->cluster_id = sg_snapshot_get(x->snap, i)->id;
+	out->cluster_id = cand(x, i)->id;
 	out->rank_depth = depth;
 	out->kv_skip = kv_skip;
 	out->phase = SG_PHASE_NONE;
@@ -175,7 +182,7 @@ sgi_power_of_n(sgi_ctx *x, sg_decision *out)
 		for (i = 0; i < x->n; i++)
 			if (!ex[i])
 				consider(&g, i, sgi_score(cmp,
-				    sg_snapshot_get(x->snap, i),
+				    cand(x, i),
 				    r->input_tokens, r->priority),
 				    &best, &bs, &ties);
 	} else if (m <= DENSE_MAX_SAMPLE && x->neligible * 2 >= x->n &&
@@ -199,7 +206,7 @@ sgi_power_of_n(sgi_ctx *x, sg_decision *out)
 				continue;
 			got[k++] = i;
 			consider(&g, i, sgi_score(cmp,
-			    sg_snapshot_get(x->snap, i), r->input_tokens,
+			    cand(x, i), r->input_tokens,
 			    r->priority), &best, &bs, &ties);
 		}
 	} else {
@@ -218,7 +225,7 @@ sgi_power_of_n(sgi_ctx *x, sg_decision *out)
 			idx[i] = idx[j];
 			idx[j] = t;
 			consider(&g, idx[i], sgi_score(cmp,
-			    sg_snapshot_get(x->snap, idx[i]), r->input_tokens,
+			    cand(x, idx[i]), r->input_tokens,
 			    r->priority), &best, &bs, &ties);
 		}
 	}
@@ -248,7 +255,7 @@ ranks_before(const sg_snapshot *s, const double *score, size_t a, size_t b)
 
 	if (c != 0)
 		return c > 0;
-	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
+	return id_cmp(&s->c[a], &s->c[b]) < 0;
 }
 
 /*
@@ -515,7 +522,7 @@ sgi_pulsar_kv_room(const sgi_ctx *x, size_t i)
 
 	if (tokens == 0)
 		return 2;
-	c = sg_snapshot_get(x->snap, i);
+	c = cand(x, i);
 	if (c->kv_capacity_tokens == 0 && c->kv_used_tokens == 0 &&
 	    c->kv_free_tokens == 0)
 		return 2;
@@ -542,9 +549,9 @@ pulsar_explain(sgi_ctx *x)
 	cands = json_array();
 	for (i = 0; i < nr; i++)
 		json_array_append_new(eff,
-		    json_string(sg_snapshot_get(x->snap, order[i])->id));
+		    json_string(cand(x, order[i])->id));
 	for (i = 0; i < x->n; i++) {
-		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		const sg_cluster *c = cand(x, i);
 		json_t *o = json_object();
 		size_t k;
 
@@ -572,7 +579,7 @@ score_explain(sgi_ctx *x)
 	size_t i;
 
 	for (i = 0; i < x->n; i++) {
-		const sg_cluster *c = sg_snapshot_get(x->snap, i);
+		const sg_cluster *c = cand(x, i);
 		json_t *o = json_object();
 
 		json_object_set_new(o, "cluster_id", json_string(c->id));
@@ -599,7 +606,7 @@ ahead(const sg_snapshot *s, const double *score, size_t a, size_t b)
 {
 	if (score[a] != score[b])
 		return score[a] > score[b];
-	return id_cmp(sg_snapshot_get(s, a), sg_snapshot_get(s, b)) < 0;
+	return id_cmp(&s->c[a], &s->c[b]) < 0;
 }
 
 /* The reference: every exact score, the best eligible one, its depth. */
@@ -668,7 +675,7 @@ pulsar_walk(sgi_ctx *x, sg_decision *out, const uint16_t *rank, size_t nr)
 static double
 exact_score(const sgi_ctx *x, const double *hb, double *sc, size_t i)
 {
-	const sg_cluster *c = &sgi_snapshot_clusters(x->snap)[i];
+	const sg_cluster *c = cand(x, i);
 	uint64_t h;
 	double w, v;
 
@@ -751,7 +758,8 @@ pulsar_uncached(sgi_ctx *x, sg_decision *out, const sgi_hashbuf *prefix)
 	for (i = 0; i < x->n; i++) {
 		if (i == best || !(bound[i] >= sb))
 			continue;
-		if (exact_score(x, hb, sc, i) > 0 && ahead(x->snap, sc, i, best)) {
+		if (exact_score(x, hb, sc, i) > 0 &&
+		    ahead(x->snap, sc, i, best)) {
 			depth++;
 			if (kv && sgi_pulsar_feasible(x, i) == 2)
 				kv_skip = true;

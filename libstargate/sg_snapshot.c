@@ -43,15 +43,7 @@
 #include "sg_internal.h"
 #include "sg_snapshot.h"
 
-struct sg_snapshot {
-	sg_cluster	*c;		/* candidates, in order */
-	size_t		 n;
-	size_t		 cap;
-	uint32_t	*slot;		/* hash index: position + 1, 0 = empty */
-	size_t		 nslot;		/* power of two, >= 2 * cap, or 0 */
-	uint64_t	 nonce;		/* version of the empty id list */
-	uint64_t	 ids_ver;	/* version of c[0..n)'s ids */
-};
+/* struct sg_snapshot is in sg_internal.h (the decision loops read it). */
 
 /* --- clusters ------------------------------------------------------------- */
 
@@ -313,11 +305,6 @@ sg_snapshot_ids_version(const sg_snapshot *s)
 	return s->ids_ver;
 }
 
-const sg_cluster *
-sgi_snapshot_clusters(const sg_snapshot *s)
-{
-	return s->c;
-}
 
 int
 sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src)

@@ -27,8 +27,8 @@
  * of the hash prefix (seed, routing key, model), V and its sizes.  Checking
  * it is O(1); a hit then costs the key hash, a binary search and a walk to
  * K distinct members (marked with generation stamps, so nothing is reset
- * per decision); a miss hashes n * V entries and sorts them.  A ring too large for the
- * cache (huge V) is never materialised: the group is then computed in one
+ * per decision); a miss hashes n * V entries and sorts them.  A ring too
+ * large for the cache (huge V) is never materialised: the group is then computed in one
  * pass by the rotated-distance rule (an entry's position in the walk from
  * the key is (hash - key_hash) mod 2^64), which gives the same group.
  *
@@ -130,8 +130,8 @@ grow(void **p, size_t n, size_t size)
 
 /*
  * Grow the per-candidate arrays to n and the ring arrays to ring_entries
- * (a grown ring cache is invalid until rebuilt); rings larger than RING_MAX are never
- * cached, so they reserve nothing.  Capacities change only when every
+ * (a grown ring cache is invalid until rebuilt); rings larger than
+ * RING_MAX are never cached, so they reserve nothing.  Capacities change only when every
  * array of the group has grown, so a failure leaves a usable scratch.
  */
 int
@@ -740,7 +740,8 @@ affinity_group(struct waw *w, size_t *group)
 	sgi_scratch *s = w->s;
 	const char *key = x->req->cache_affinity_key;
 	uint64_t V = w->d->virtual_nodes > 0 ? w->d->virtual_nodes : 1;
-	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, pos, got;
+	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, pos;
+	size_t got;
 	sgi_hashbuf prefix;
 	uint64_t kh, ids, pfx;
 	uint32_t gen;
