@@ -99,18 +99,12 @@ sg_cluster_set_prio(sg_cluster *c, uint32_t priority, double ms)
 
 /* --- the id index --------------------------------------------------------- */
 
-/* FNV-1a: ids are short and this is not exposed to hash flooding in a way
- * that matters (a snapshot holds at most SG_MAX_CANDIDATES ids). */
+/* XXH3 (ids are short: a few ns; the index is never persisted). */
 static size_t
 id_hash(const char *id, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
-	size_t i;
+	uint64_t h = XXH3_64bits(id, len);
 
-	for (i = 0; i < len; i++) {
-		h ^= (unsigned char)id[i];
-		h *= 0x100000001b3ULL;
-	}
 	return (size_t)(h ^ (h >> 32));
 }
 
