@@ -284,9 +284,12 @@ struct world {
 static sg_request *
 req_for(struct world *w, size_t k)
 {
-	sg_request *r = &w->req[k % w->nreq];
+	size_t j = k % w->nreq;
+	sg_request *r = &w->req[j];
 
-	r->cache_affinity_key = w->keys[k % w->nkeys];
+	/* (one division per call when keys and requests pair up) */
+	if (w->nkeys != w->nreq)
+		r->cache_affinity_key = w->keys[k % w->nkeys];
 	return r;
 }
 
