@@ -29,6 +29,13 @@
  * The floors never cache.  The hit column is the cache's hit rate over the
  * allocation-counting loop.
  *
+ * Floors use the library's fastest primitives: the pulsar floors hash with
+ * a prepared prefix in one batch (sgi_pulsar_hashes) and score every
+ * candidate (a logarithm each) before the argmax or the sort; the
+ * pulsar-wait-and-widen floor sorts with sgi_sort_keys.  Uncached pulsar
+ * can come in under its floor (ratio < 1): it takes the logarithm only for
+ * the few candidates whose cheap upper bound can still win.
+ *
  * Allocations.  This file interposes malloc, calloc, realloc and free (the
  * executable's definitions win over libc's; they forward to glibc's
  * __libc_* entry points).  Counting is switched on only around a
