@@ -130,7 +130,7 @@ SAN = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poi
 # `make test`: the whole suite on a sanitizer build, then one summary line.
 test check: depcheck
 	@$(MAKE) --no-print-directory O=build/san SANITIZE='$(SAN)' build units
-	@O=build/san tests/run
+	@O=build/san SG_SANITIZE='$(SAN)' tests/run
 
 units: $(UNITS)
 

@@ -5,6 +5,8 @@
 
 bats_require_minimum_version 1.5.0
 
+# SG_SANITIZE (set by `make test`) holds the flags the build under test was
+# made with, so that an install that relinks something stays consistent.
 setup() {
 	TOP=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 	SG_BINDIR=${SG_BINDIR:-$TOP/build/san/bin}
@@ -18,7 +20,7 @@ teardown() {
 
 @test "make install lays out programs, library, headers, man pages and stargate.pc under DESTDIR" {
 	run -0 make -C "$TOP" --no-print-directory O="${O#$TOP/}" \
-	    install PREFIX=/usr DESTDIR="$TMP/root"
+	    SANITIZE="${SG_SANITIZE:-}" install PREFIX=/usr DESTDIR="$TMP/root"
 	for p in sg-route sg-classify sg-lastcluster sg-sim sg-mockengine sg-bench; do
 		[ -x "$TMP/root/usr/bin/$p" ]
 	done
@@ -35,7 +37,7 @@ teardown() {
 
 @test "a program builds against the installed library through pkg-config and routes a request" {
 	make -C "$TOP" --no-print-directory O="${O#$TOP/}" \
-	    install PREFIX="$TMP/root" >/dev/null
+	    SANITIZE="${SG_SANITIZE:-}" install PREFIX="$TMP/root" >/dev/null
 	cat >"$TMP/use.c" <<'EOF'
 #include <stdio.h>
 #include <stargate.h>
