@@ -43,14 +43,23 @@ teardown() {
 	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
 	    --runs 1 --candidates 8 --csv "$TMP/d.csv"
 	for s in random round-robin power-of-n wait-and-widen pulsar \
-	    pulsar-wait-and-widen waw-session-new waw-session-returning \
+	    pulsar-wait-and-widen pulsar-nocache pwaw-nocache pulsar-cold-keys \
+	    waw-session-new waw-session-returning pwaw-session-new \
 	    pwaw-session-returning; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done
-	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision'
+	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,cache_hit_pct$'
 	# Every CSV row has as many fields as the header.
 	awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$TMP/d.csv"
+}
+
+@test "decide: every scenario the man page names is a scenario of the program" {
+	for s in $(grep -oE 'Cm [a-z]+(\\-[a-z]+)*' "$TOP/man/sg-bench.1" | sed 's/^Cm //; s/\\-/-/g' |
+	    grep -E '^(pulsar|pwaw|waw)-'); do
+		run -0 --separate-stderr "$BENCH" decide --iterations 16 --warmup 0 \
+		    --runs 1 --candidates 8 --scenario "$s"
+	done
 }
 
 @test "decide: --scenario and --candidates select the cells" {
