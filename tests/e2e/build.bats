@@ -110,3 +110,8 @@ EOF
 	run -1 grep -nE '\b(printf|fprintf|puts|perror|exit|_exit|abort|getenv|secure_getenv)[[:space:]]*\(' \
 	    "$TOP"/libstargate/*.c "$TOP"/store/*.c
 }
+
+@test "banned functions are not used anywhere in the C sources" {
+	run -1 grep -nE '\b(gets|sprintf|vsprintf|strcpy|strcat|strncpy|strtok|atoi|atol|atof)[[:space:]]*\(' \
+	    "$TOP"/libstargate/*.c "$TOP"/store/*.c "$TOP"/bin/*.c "$TOP"/bin/common/*.c "$TOP"/tools/*/*.c
+}

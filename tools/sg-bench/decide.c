@@ -249,9 +249,11 @@ parse_cands(const char *s, struct opts *o)
 	char buf[256], *tok, *save = NULL;
 	unsigned long v;
 
-	if (strlen(s) >= sizeof buf)
+	size_t len = strlen(s);
+
+	if (len >= sizeof buf)
 		return -1;
-	strcpy(buf, s);
+	memcpy(buf, s, len + 1);
 	o->ncand = 0;
 	for (tok = strtok_r(buf, ",", &save); tok != NULL;
 	    tok = strtok_r(NULL, ",", &save)) {
