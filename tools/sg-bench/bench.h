@@ -5,7 +5,7 @@
 #ifndef SG_BENCH_H
 #define SG_BENCH_H
 
-int	bench_decide_main(int argc, char *argv[]) __attribute__((weak));	/* decide.c */
-int	bench_store_main(int argc, char *argv[]) __attribute__((weak));	/* store.c */
+int	bench_decide_main(int argc, char *argv[]);	/* decide.c */
+int	bench_store_main(int argc, char *argv[]);	/* store.c */
 
 #endif
