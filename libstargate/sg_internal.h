@@ -384,6 +384,20 @@ int	sgi_pulsar_waw(sgi_ctx *x, sg_decision *out);
  * pulsar, pulsar-wait-and-widen and input-work admission.
  */
 size_t	sgi_pulsar_rank(sgi_ctx *x, size_t *order);
+/*
+ * The same in steps, for pulsar-wait-and-widen: fill *prefix and, when the
+ * ranking cache has the ranking or wants it stored (or in reference or
+ * --explain mode), the full ranking into order[] (*full = true, returns
+ * its length).  Otherwise *full = false and nothing is ranked yet: then
+ * sgi_pulsar_top() gives the first m ranks (SIZE_MAX: rank everything)
+ * and sgi_pulsar_rank_full() the whole ranking, both from *prefix.
+ */
+size_t	sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+	    bool *full);
+size_t	sgi_pulsar_rank_full(sgi_ctx *x, const sgi_hashbuf *prefix,
+	    size_t *order);
+size_t	sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m,
+	    long last, size_t *order, bool *last_ranked);
 #if SIZE_MAX >= UINT64_MAX
 /*
  * Sort 64-bit keys ascending (insertion sort when short, LSD radix with

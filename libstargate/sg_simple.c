@@ -316,6 +316,7 @@ rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
 #define KEY_IDX_BITS	12
 #define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
 #define MERGE_MAX	512	/* merge sort below, radix from here */
+#define TOP_MAX		16	/* longest prefix sgi_pulsar_top() builds */
 
 _Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
     "candidate indices must fit in the key's low bits");
@@ -492,25 +493,51 @@ rcache(const sgi_ctx *x)
 
 
 size_t
-sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+    bool *full)
 {
-	sgi_hashbuf prefix;
 	sgi_rclookup lk;
 	const uint16_t *r;
 	size_t i, nr;
 
-	sgi_pulsar_prefix(&prefix, x->def, x->req);
-	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, &prefix, &lk, &r,
+	sgi_pulsar_prefix(prefix, x->def, x->req);
+	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, prefix, &lk, &r,
 	    &nr) == SGI_RC_HIT) {
 		for (i = 0; i < nr; i++)
 			order[i] = r[i];
+		*full = true;
 		return nr;
 	}
 	if (!x->scratch->reference)
-		sgi_hb_prepare(&prefix);	/* n hashes after it */
-	nr = rank_sorted(x, &prefix, order);
+		sgi_hb_prepare(prefix);	/* n hashes after it */
+	if (lk.state != SGI_RC_STORE && !x->scratch->reference &&
+	    x->explain == NULL) {
+		*full = false;
+		return 0;
+	}
+	nr = rank_sorted(x, prefix, order);
 	if (lk.state == SGI_RC_STORE)
 		(void)sgi_rcache_store(x->scratch->rcache, &lk, order, nr);
+	*full = true;
+	return nr;
+}
+
+size_t
+sgi_pulsar_rank_full(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
+{
+	return rank_sorted(x, prefix, order);
+}
+
+size_t
+sgi_pulsar_rank(sgi_ctx *x, size_t *order)
+{
+	sgi_hashbuf prefix;
+	bool full;
+	size_t nr;
+
+	nr = sgi_pulsar_rank_start(x, &prefix, order, &full);
+	if (!full)
+		nr = rank_sorted(x, &prefix, order);
 	return nr;
 }
 
@@ -801,4 +828,87 @@ sgi_pulsar(sgi_ctx *x, sg_decision *out)
 		pulsar_uncached(x, out, &prefix);
 	}
 	return 0;
+}
+
+/*
+ * The first m ranks of the pulsar ranking into order[0..m), for
+ * pulsar-wait-and-widen's affinity phase, without ranking everything.
+ * Each ranked candidate's score is at most its bound (pulsar_uncached()):
+ * the exact scores of the m candidates with the best bounds give T, a
+ * score that at least m candidates reach; every candidate whose exact
+ * score reaches T has a bound >= T, so the exact scores of those alone,
+ * sorted by the ranking rule, start with the true first m ranks.  The
+ * scratch arrays d1 (hashes), d2 (bounds), d3 (scores), idx and idx2 are
+ * clobbered.  *last_ranked says whether candidate last (if >= 0) is
+ * ranked.  Returns m, or SIZE_MAX when fewer than m candidates are ranked
+ * or m is too large to gain anything (the caller then ranks everything).
+ */
+size_t
+sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m, long last,
+    size_t *order, bool *last_ranked)
+{
+#if SIZE_MAX >= UINT64_MAX
+	const sg_cluster *c = sgi_snapshot_clusters(x->snap);
+	double *hb = x->scratch->d1, *bound = x->scratch->d2;
+	double *sc = x->scratch->d3, w, v, T = INFINITY;
+	size_t *top = x->scratch->idx2, *key = x->scratch->idx;
+	size_t i, j, k, kb, nt = 0, ns = 0;
+	uint64_t h, nh;
+
+	if (m == 0 || m > TOP_MAX || 4 * m > x->n)
+		return SIZE_MAX;
+	sgi_pulsar_hashes(prefix, c, x->n, hb);
+	for (i = 0; i < x->n; i++) {
+		sc[i] = NAN;
+		if (!sgi_pulsar_weight(x->def, &c[i], &w)) {
+			bound[i] = -1;		/* unranked */
+			continue;
+		}
+		memcpy(&h, &hb[i], sizeof h);	/* as pulsar_uncached() */
+		nh = ~h;
+		bound[i] = nh < ((uint64_t)1 << 44) ? INFINITY :
+		    w / ((double)(int64_t)(nh >> 1) * 0x1p-63) *
+		    (1.0 + 0x1p-30);
+		if (!(bound[i] > 0))
+			continue;
+		/* top[0..nt): the best bounds so far, descending */
+		if (nt == m && !(bound[i] > bound[top[m - 1]]))
+			continue;
+		j = nt < m ? nt++ : m - 1;
+		for (; j > 0 && bound[top[j - 1]] < bound[i]; j--)
+			top[j] = top[j - 1];
+		top[j] = i;
+	}
+	if (nt < m)
+		return SIZE_MAX;
+	for (j = 0; j < m; j++) {
+		v = exact_score(x, hb, sc, top[j]);
+		if (!(v > 0))
+			return SIZE_MAX;	/* unusable hash: rare */
+		if (v < T)
+			T = v;
+	}
+	for (i = 0; i < x->n; i++)
+		if (bound[i] >= T && exact_score(x, hb, sc, i) >= T)
+			key[ns++] = rank_key(sc[i], i);
+	sgi_sort_keys(key, top, ns);
+	/* unpack the runs of equal truncated keys that reach rank m */
+	for (i = 0; i < m; i = j) {
+		kb = key[i] & ~KEY_IDX_MASK;
+		for (j = i + 1; j < ns && (key[j] & ~KEY_IDX_MASK) == kb; j++)
+			;
+		for (k = i; k < j; k++)
+			key[k] &= KEY_IDX_MASK;
+		if (j - i > 1)
+			rank_insertion(x->snap, sc, key + i, j - i);
+	}
+	for (i = 0; i < m; i++)
+		order[i] = key[i];
+	*last_ranked = last >= 0 && exact_score(x, hb, sc, (size_t)last) > 0;
+	return m;
+#else
+	(void)x; (void)prefix; (void)m; (void)last; (void)order;
+	(void)last_ranked;
+	return SIZE_MAX;
+#endif
 }

@@ -1182,23 +1182,48 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	struct core r;
 	size_t *order = x->scratch->order, nr, k, kk, open_end, width, b;
 	double elapsed = x->elapsed_ms, wt = 0, S, ww, bands;
-	bool have_wait = false, kv;
+	bool have_wait = false, kv, full, last_ranked = false;
+	sgi_hashbuf prefix;
+	int state0;
 	unsigned depth;
 
 	waw_init(&w, x, true);
-	/* 1. the ranking (clobbers d1: rank before any phase) */
-	nr = sgi_pulsar_rank(x, order);
+	/*
+	 * 1. the ranking (clobbers d1: rank before any phase).  Without a
+	 * cached one, only its first k ranks, as long as no later phase
+	 * needs more (lazy; the rest is ranked at step 5).
+	 */
+	nr = sgi_pulsar_rank_start(x, &prefix, order, &full);
+	k = w.d->selection_count > 0 ? w.d->selection_count : 1;
+	state0 = x->req->session_state;	/* unranked: not classified */
+	plan_classify(&w, w.d->last_cluster_affinity && has_key(x->req), &p);
+	if (!full) {
+		kk = sgi_pulsar_top(x, &prefix, k, p.last, order, &last_ranked);
+		if (kk == SIZE_MAX) {
+			nr = sgi_pulsar_rank_full(x, &prefix, order);
+			full = true;
+		} else {
+			/*
+			 * R[0..k) of the rotated ranking: a ranked last
+			 * cluster goes first (from wherever it ranks), the
+			 * others keep their order.
+			 */
+			nr = kk;	/* known ranks so far */
+			plan_promote(&w, &p, order, kk, last_ranked);
+		}
+	}
 	if (nr == 0) {
+		x->req->session_state = state0;
 		plan_classify(&w, false, &p);
 		out_unavailable(&w, out, SG_PHASE_AFFINITY);
 		return 0;
 	}
-	k = w.d->selection_count > 0 ? w.d->selection_count : 1;
 	kk = k < nr ? k : nr;
 
 	/* 2. the session plan ("keep" mode) may rotate the ranking */
-	plan_classify(&w, w.d->last_cluster_affinity && has_key(x->req), &p);
-	if (x->explain != NULL) {
+	if (!full)
+		;	/* rotated above */
+	else if (x->explain != NULL) {
 		/* idx2 holds the original order until the first phase */
 		memcpy(x->scratch->idx2, order, nr * sizeof(*order));
 		plan_promote(&w, &p, order, nr, false);
@@ -1225,6 +1250,12 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	}
 
 	/* 5. open bands: k, then +2, +4, +8, ... per elapsed band */
+	if (!full) {
+		/* the rest of the ranking, rotated as before */
+		nr = sgi_pulsar_rank_full(x, &prefix, order);
+		p.promoted = false;
+		plan_promote(&w, &p, order, nr, false);
+	}
 	ww = elapsed - p.x_ms;
 	bands = S == 0 ? INFINITY : floor(ww / S) + 1;
 	open_end = kk;

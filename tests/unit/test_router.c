@@ -997,6 +997,125 @@ test_pulsar_near_ties_decide_like_the_reference(void **state)
 	sg_lbconf_free(conf);
 }
 
+/*
+ * pulsar-wait-and-widen without a cached ranking ranks only the first k
+ * (the affinity phase's prefix, with the last cluster rotated in from
+ * wherever it ranks) and the rest only when the open-set phase needs it:
+ * it must decide exactly like the full ranking (the reference), over
+ * random snapshots of up to 300 candidates, near-tied scores, selection
+ * counts 1 to 8, band widths, elapsed times, returning/stale/new sessions
+ * (last clusters ranked deep, unranked, excluded or gone), exclusions and
+ * KV feasibility.
+ */
+#define LAZY_CONF "{\"models\":{"					\
+	"\"a\":{\"algorithm\":\"pulsar-wait-and-widen\","		\
+	"\"cache_affinity_backend_selection_count\":1,"			\
+	"\"last_cluster_affinity\":true,\"cache_affinity_wait_ms\":10,"	\
+	"\"band_widen_interval_ms\":5,"					\
+	"\"rendezvous_weight\":\"max-input-tps\"},"			\
+	"\"b\":{\"algorithm\":\"pulsar-wait-and-widen\","		\
+	"\"cache_affinity_backend_selection_count\":2,"			\
+	"\"last_cluster_affinity\":true,\"consider_kv_free_tokens\":true,"\
+	"\"rendezvous_weight\":\"max-input-tps\"},"			\
+	"\"c\":{\"algorithm\":\"pulsar-wait-and-widen\","		\
+	"\"cache_affinity_backend_selection_count\":4,"			\
+	"\"last_cluster_affinity\":true,\"cache_affinity_wait_ms\":20,"	\
+	"\"rendezvous_weight\":\"max-input-tps\",\"max_queued\":1},"	\
+	"\"d\":{\"algorithm\":\"pulsar-wait-and-widen\","		\
+	"\"cache_affinity_backend_selection_count\":8,"			\
+	"\"band_widen_interval_ms\":3,\"consider_kv_free_tokens\":true,"\
+	"\"rendezvous_weight\":\"max-input-tps\"}}}"
+
+static void
+test_pwaw_lazy_ranking_decides_like_the_full_ranking(void **state)
+{
+	sg_lbconf *conf = fx_conf(LAZY_CONF);
+	sg_router *nocache = fx_router(conf, 5), *ref = fx_router(conf, 5);
+	sg_snapshot *s = sg_snapshot_new();
+	static const double eps[] = { 0, 0, 1e-16, -1e-16, 1e-13, 1e-9,
+	    1e-3, 0.5, 3, 0.01 };
+	static const char *const models[] = { "a", "b", "c", "d" };
+	uint64_t g = 777;
+	size_t trial, i, n, step;
+	char id[16], key[32], hint[16];
+
+	(void)state;
+	sgi_router_scratch(ref)->reference = true;
+	assert_int_equal(sg_router_set_cache(nocache, false), 0);
+	for (trial = 0; trial < 4000; trial++) {
+		const sg_algdef *d;
+		const char *excl[6];
+		sgi_hashbuf prefix;
+		sg_request ra, rb;
+		sg_decision da, db;
+		sg_error err;
+		double e;
+
+		n = 1 + (size_t)prop_below(&g, trial % 10 == 0 ? 300 : 48);
+		sg_snapshot_clear(s);
+		for (i = 0; i < n; i++) {
+			sg_cluster c;
+
+			snprintf(id, sizeof(id), "c%zu", i);
+			assert_int_equal(sg_cluster_init(&c, id, strlen(id)),
+			    0);
+			prop_figures(&g, &c);
+			c.kv_free_tokens = prop_below(&g, 6) == 0 ? 0 : 5000;
+			c.kv_capacity_tokens = 10000;
+			assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+		}
+		snprintf(key, sizeof(key), "key-%zu", (size_t)prop_below(&g,
+		    50));
+		fx_req(&ra, "r", key, prop_below(&g, 3) * 2000);
+		ra.model = models[prop_below(&g, 4)];
+		ra.priority = (uint32_t)prop_below(&g, 2);
+		d = fx_def(conf, &ra);
+		sgi_pulsar_prefix(&prefix, d, &ra);
+		for (i = 0; i < n; i++) {
+			sg_cluster *c = sg_snapshot_at(s, i);
+			uint64_t h = sgi_pulsar_hash(&prefix, c->id, c->id_len);
+			double u = ((double)h + 1.0) * 0x1p-64;
+
+			if (prop_below(&g, 2))
+				continue;	/* random weight */
+			/* near-tied scores: w / -ln(u) = 1000 * (1 + eps) */
+			c->max_input_tps = 1000.0 * -log(u) *
+			    (1 + eps[prop_below(&g, sizeof(eps) /
+			    sizeof(eps[0]))]);
+			if (prop_below(&g, 40) == 0)
+				c->max_input_tps = 0;	/* unranked */
+		}
+		ra.nexcluded = (size_t)prop_below(&g, 4);
+		for (i = 0; i < ra.nexcluded; i++)
+			excl[i] = sg_snapshot_get(s,
+			    (size_t)prop_below(&g, n))->id;
+		ra.excluded = excl;
+		if (prop_below(&g, 4) != 0) {
+			/* often a deep or unranked last cluster */
+			snprintf(hint, sizeof(hint), "c%zu",
+			    (size_t)prop_below(&g, n + 3));
+			ra.last_cluster_id = hint;
+		}
+		rb = ra;
+		e = 0;
+		for (step = 0; step < 3; step++) {
+			assert_int_equal(sg_router_decide(nocache, s, &ra, e,
+			    &da, &err), 0);
+			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
+			    &err), 0);
+			prop_assert_same(&da, &db, trial);
+			assert_int_equal(ra.session_state, rb.session_state);
+			assert_int_equal(ra.session_promoted,
+			    rb.session_promoted);
+			e += (double)prop_below(&g, 30) + 0.5;
+		}
+	}
+	sg_snapshot_free(s);
+	sg_router_free(nocache);
+	sg_router_free(ref);
+	sg_lbconf_free(conf);
+}
+
 /* The memoised resolution follows the model (and header) of each request. */
 static void
 test_resolution_follows_each_request(void **state)
@@ -1070,6 +1189,8 @@ main(void)
 		cmocka_unit_test(test_resolution_follows_each_request),
 		cmocka_unit_test(
 		    test_pulsar_near_ties_decide_like_the_reference),
+		cmocka_unit_test(
+		    test_pwaw_lazy_ranking_decides_like_the_full_ranking),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
