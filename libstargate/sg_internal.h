@@ -396,8 +396,16 @@ size_t	sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
 	    bool *full);
 size_t	sgi_pulsar_rank_full(sgi_ctx *x, const sgi_hashbuf *prefix,
 	    size_t *order);
+#define SGI_TOP_MAX	16	/* longest prefix sgi_pulsar_top() builds */
 size_t	sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m,
 	    long last, size_t *order, bool *last_ranked);
+/*
+ * After sgi_pulsar_top(): the whole ranking, from its hashes, bounds and
+ * scores (d1, d2, d3), where later work clobbered d1 and d3 only for the
+ * candidates keep[0..nkeep), whose exact scores are ksc[].
+ */
+size_t	sgi_pulsar_top_rest(sgi_ctx *x, const size_t *keep, const double *ksc,
+	    size_t nkeep, size_t *order);
 #if SIZE_MAX >= UINT64_MAX
 /*
  * Sort 64-bit keys ascending (insertion sort when short, LSD radix with

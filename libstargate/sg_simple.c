@@ -316,7 +316,6 @@ rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
 #define KEY_IDX_BITS	12
 #define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
 #define MERGE_MAX	512	/* merge sort below, radix from here */
-#define TOP_MAX		16	/* longest prefix sgi_pulsar_top() builds */
 
 _Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
     "candidate indices must fit in the key's low bits");
@@ -855,7 +854,7 @@ sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m, long last,
 	size_t i, j, k, kb, nt = 0, ns = 0;
 	uint64_t h, nh;
 
-	if (m == 0 || m > TOP_MAX || 4 * m > x->n)
+	if (m == 0 || m > SGI_TOP_MAX || 4 * m > x->n)
 		return SIZE_MAX;
 	sgi_pulsar_hashes(prefix, c, x->n, hb);
 	for (i = 0; i < x->n; i++) {
@@ -910,5 +909,43 @@ sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m, long last,
 	(void)x; (void)prefix; (void)m; (void)last; (void)order;
 	(void)last_ranked;
 	return SIZE_MAX;
+#endif
+}
+
+/*
+ * The whole ranking after sgi_pulsar_top(), reusing its hashes, bounds and
+ * scores: phases since then may have clobbered d1 and d3 only for the
+ * candidates keep[0..nkeep), whose exact scores are ksc[].
+ */
+size_t
+sgi_pulsar_top_rest(sgi_ctx *x, const size_t *keep, const double *ksc,
+    size_t nkeep, size_t *order)
+{
+#if SIZE_MAX >= UINT64_MAX
+	const double *hb = x->scratch->d1, *bound = x->scratch->d2;
+	double *sc = x->scratch->d3;
+	size_t i, j, k, kb, nr = 0;
+
+	for (j = 0; j < nkeep; j++)
+		sc[keep[j]] = ksc[j];
+	for (i = 0; i < x->n; i++)
+		if (bound[i] > 0 && exact_score(x, hb, sc, i) > 0)
+			order[nr++] = rank_key(sc[i], i);
+	sgi_sort_keys(order, order == x->scratch->idx ? x->scratch->idx2 :
+	    x->scratch->idx, nr);
+	for (i = 0; i < nr; i = j) {
+		kb = order[i] & ~KEY_IDX_MASK;
+		for (j = i + 1; j < nr && (order[j] & ~KEY_IDX_MASK) == kb;
+		    j++)
+			;
+		for (k = i; k < j; k++)
+			order[k] &= KEY_IDX_MASK;
+		if (j - i > 1)
+			rank_insertion(x->snap, sc, order + i, j - i);
+	}
+	return nr;
+#else
+	(void)keep; (void)ksc; (void)nkeep;
+	return 0;	/* never called: sgi_pulsar_top() declines */
 #endif
 }

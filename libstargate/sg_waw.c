@@ -1185,6 +1185,8 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	bool have_wait = false, kv, full, last_ranked = false;
 	sgi_hashbuf prefix;
 	int state0;
+	size_t keep[SGI_TOP_MAX];
+	double ksc[SGI_TOP_MAX];
 	unsigned depth;
 
 	waw_init(&w, x, true);
@@ -1233,6 +1235,11 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	S = w.d->has_band_widen ? (double)w.d->band_widen_interval_ms : p.x_ms;
 
 	/* 3. affinity phase over the first k ranks */
+	for (b = 0; !full && b < kk; b++) {
+		/* the scores core_select() may clobber (d3) */
+		keep[b] = order[b];
+		ksc[b] = x->scratch->d3[order[b]];
+	}
 	core_select(&w, order, kk, p.scale, elapsed, w.d->max_queued, true, &r);
 	if (r.kind == CORE_SELECT) {
 		depth = rank_of(&w, order, nr, r.sel, &kv);
@@ -1252,7 +1259,7 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	/* 5. open bands: k, then +2, +4, +8, ... per elapsed band */
 	if (!full) {
 		/* the rest of the ranking, rotated as before */
-		nr = sgi_pulsar_rank_full(x, &prefix, order);
+		nr = sgi_pulsar_top_rest(x, keep, ksc, kk, order);
 		p.promoted = false;
 		plan_promote(&w, &p, order, nr, false);
 	}
