@@ -443,19 +443,18 @@ sgi_sort_keys(size_t *a, size_t *tmp, size_t n)
 		radix_keys(a, tmp, n);
 }
 
-static size_t
-rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
+/*
+ * Sort the packed keys order[0..nr) (tmp: nr words of workspace), unpack
+ * them to candidate indices, and re-sort each run of equal truncated keys
+ * by the exact rule.
+ */
+static void
+sort_ranked(sgi_ctx *x, const double *score, size_t *order, size_t nr,
+    size_t *tmp)
 {
-	double *score = x->scratch->d1;
-	size_t i, j, k, nr = 0, base;
+	size_t i, j, k, base;
 
-	pulsar_scores(x, prefix, score);
-	for (i = 0; i < x->n; i++)
-		if (score[i] > 0)
-			order[nr++] = rank_key(score[i], i);
-	sgi_sort_keys(order, order == x->scratch->idx2 ? x->scratch->idx :
-	    x->scratch->idx2, nr);
-	/* unpack, run by run of equal truncated keys */
+	sgi_sort_keys(order, tmp, nr);
 	for (i = 0; i < nr; i = j) {
 		base = order[i] & ~KEY_IDX_MASK;
 		for (j = i + 1; j < nr && (order[j] & ~KEY_IDX_MASK) == base;
@@ -466,6 +465,20 @@ rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
 		if (j - i > 1)
 			rank_insertion(x->snap, score, order + i, j - i);
 	}
+}
+
+static size_t
+rank_sorted(sgi_ctx *x, const sgi_hashbuf *prefix, size_t *order)
+{
+	double *score = x->scratch->d1;
+	size_t i, nr = 0;
+
+	pulsar_scores(x, prefix, score);
+	for (i = 0; i < x->n; i++)
+		if (score[i] > 0)
+			order[nr++] = rank_key(score[i], i);
+	sort_ranked(x, score, order, nr, order == x->scratch->idx2 ?
+	    x->scratch->idx : x->scratch->idx2);
 	return nr;
 }
 #else
@@ -926,25 +939,15 @@ sgi_pulsar_top_rest(sgi_ctx *x, const size_t *keep, const double *ksc,
 #if SIZE_MAX >= UINT64_MAX
 	const double *hb = x->scratch->d1, *bound = x->scratch->d2;
 	double *sc = x->scratch->d3;
-	size_t i, j, k, kb, nr = 0;
+	size_t i, j, nr = 0;
 
 	for (j = 0; j < nkeep; j++)
 		sc[keep[j]] = ksc[j];
 	for (i = 0; i < x->n; i++)
 		if (bound[i] > 0 && exact_score(x, hb, sc, i) > 0)
 			order[nr++] = rank_key(sc[i], i);
-	sgi_sort_keys(order, order == x->scratch->idx ? x->scratch->idx2 :
-	    x->scratch->idx, nr);
-	for (i = 0; i < nr; i = j) {
-		kb = order[i] & ~KEY_IDX_MASK;
-		for (j = i + 1; j < nr && (order[j] & ~KEY_IDX_MASK) == kb;
-		    j++)
-			;
-		for (k = i; k < j; k++)
-			order[k] &= KEY_IDX_MASK;
-		if (j - i > 1)
-			rank_insertion(x->snap, sc, order + i, j - i);
-	}
+	sort_ranked(x, sc, order, nr, order == x->scratch->idx ?
+	    x->scratch->idx2 : x->scratch->idx);
 	return nr;
 #else
 	(void)keep; (void)ksc; (void)nkeep;
