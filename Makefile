@@ -47,6 +47,11 @@ PUBHDR   := $(filter-out %_internal.h,$(LIBHDR))
 LIBOBJ   := $(LIBSRC:%.c=$(O)/%.o)
 PROGSRC  := $(sort $(wildcard bin/*.c))
 PROGS    := $(PROGSRC:bin/%.c=$(O)/bin/%)
+# A multi-file program is a directory bin/<prog>/ with a main.c: every .c
+# file in it, plus bin/common/*.c.
+MPROGDIRS:= $(sort $(patsubst %/main.c,%,$(wildcard bin/*/main.c)))
+MPROGS   := $(MPROGDIRS:bin/%=$(O)/bin/%)
+MPROGHDR := $(sort $(wildcard bin/*/*.h))
 # Every program also links the shared program code in bin/common/.
 TOOLCOMMON := $(sort $(wildcard tools/common/*.c))
 TOOLHDR    := $(sort $(wildcard tools/*/*.h))
@@ -64,7 +69,7 @@ MANPAGES := $(sort $(wildcard man/*.[1-8]))
 all: depcheck
 	@$(MAKE) --no-print-directory build
 
-build: $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(TOOLS)
+build: $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(MPROGS) $(TOOLS)
 
 # --- dependencies ---------------------------------------------------------
 # Say which Debian packages are missing; install them when we are root and
@@ -91,7 +96,7 @@ deps:
 .PHONY: all build depcheck deps test check units lint demo install uninstall clean bench
 
 # --- library --------------------------------------------------------------
-$(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) $(PROGHDR) Makefile
+$(O)/%.o: %.c $(LIBHDR) $(TOOLHDR) $(PROGHDR) $(MPROGHDR) Makefile
 	@mkdir -p $(@D)
 	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -c -o $@ $<
 
@@ -115,6 +120,10 @@ $(PROGS): $(O)/bin/%: $(O)/bin/%.o $(PROGCOMMONOBJ) $(O)/libstargate.a
 .SECONDEXPANSION:
 # (No % inside: a pattern rule would put the stem there.)
 $(TOOLS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c) $(TOOLCOMMON))) $(O)/libstargate.a
+	@mkdir -p $(@D)
+	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
+
+$(MPROGS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard bin/$$*/*.c))) $(PROGCOMMONOBJ) $(O)/libstargate.a
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
@@ -149,7 +158,7 @@ install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	    $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(MANDIR)/man8
-	for p in $(PROGS) $(TOOLS); do \
+	for p in $(PROGS) $(MPROGS) $(TOOLS); do \
 	  case $$p in */sg-proxy) d=$(SBINDIR);; *) d=$(BINDIR);; esac; \
 	  install -m 755 $$p $(DESTDIR)$$d/; done
 	install -m 644 $(O)/libstargate.a $(DESTDIR)$(LIBDIR)/
@@ -163,7 +172,7 @@ install: build
 	  sed 's/^\.Os.*/.Os Stargate $(VERSION)/' $$m > $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 
 uninstall:
-	for p in $(notdir $(PROGS) $(TOOLS)); do rm -f $(DESTDIR)$(BINDIR)/$$p $(DESTDIR)$(SBINDIR)/$$p; done
+	for p in $(notdir $(PROGS) $(MPROGS) $(TOOLS)); do rm -f $(DESTDIR)$(BINDIR)/$$p $(DESTDIR)$(SBINDIR)/$$p; done
 	rm -f $(DESTDIR)$(LIBDIR)/libstargate.* $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
 	rm -rf $(DESTDIR)$(INCDIR)
 	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
