@@ -123,7 +123,12 @@ $(TOOLS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard tools/$$*/*.
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
-$(MPROGS): $(O)/bin/%: $$(addprefix $(O)/,$$(subst .c,.o,$$(wildcard bin/$$*/*.c))) $(PROGCOMMONOBJ) $(O)/libstargate.a
+# Their objects live under $(O)/obj/, away from the program's own name.
+$(O)/obj/%.o: %.c $(LIBHDR) $(PROGHDR) $(MPROGHDR) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -c -o $@ $<
+
+$(MPROGS): $(O)/bin/%: $$(addprefix $(O)/obj/,$$(subst .c,.o,$$(wildcard bin/$$*/*.c))) $(PROGCOMMONOBJ) $(O)/libstargate.a
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
