@@ -25,7 +25,7 @@ TESTDEPS  = cmocka
 DEB_PKGS  = build-essential pkg-config libjansson-dev libsodium-dev liblmdb-dev \
             lmdb-utils libxxhash-dev libevent-dev libcurl4-openssl-dev \
             libhiredis-dev libcmocka-dev bats bats-support bats-assert \
-            mandoc jq redis-server
+            mandoc jq redis-server curl python3 python3-prometheus-client
 
 O        ?= build
 SANITIZE  =
@@ -74,14 +74,19 @@ build: $(O)/libstargate.a $(O)/libstargate.so $(O)/stargate.pc $(PROGS) $(MPROGS
 # --- dependencies ---------------------------------------------------------
 # Say which Debian packages are missing; install them when we are root and
 # apt-get exists (so the README's commands work on a fresh machine).
+# `make` needs the build dependencies only; `make test` and `make demo` also
+# need the test tools (DEPCHECK_TEST=1).
+DEPCHECK_TEST ?=
 depcheck:
 	@missing=""; \
-	for p in $(DEPS) $(TESTDEPS); do \
+	for p in $(DEPS) $(if $(DEPCHECK_TEST),$(TESTDEPS)); do \
 	  $(PKG_CONFIG) --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
-	for c in bats mandoc jq mdb_stat; do \
+	for c in $(if $(DEPCHECK_TEST),bats mandoc jq mdb_stat curl); do \
 	  command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$(DEPCHECK_TEST)" ] && ! /usr/bin/python3 -c 'import prometheus_client' \
+	    >/dev/null 2>&1; then missing="$$missing python3-prometheus-client"; fi; \
 	if [ -n "$$missing" ]; then \
-	  echo "stargate: missing build dependencies:$$missing"; \
+	  echo "stargate: missing dependencies:$$missing"; \
 	  echo "stargate: install with: apt-get install $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "stargate: running apt-get as root"; \
@@ -142,7 +147,8 @@ $(O)/tests/%: tests/unit/%.c tests/unit/sg_test.h $(TOOLCOMMON:%.c=$(O)/%.o) $(O
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # `make test`: the whole suite on a sanitizer build, then one summary line.
-test check: depcheck
+test check:
+	@$(MAKE) --no-print-directory DEPCHECK_TEST=1 depcheck
 	@$(MAKE) --no-print-directory O=build/san SANITIZE='$(SAN)' build units
 	@O=build/san SG_SANITIZE='$(SAN)' tests/run
 
@@ -155,7 +161,9 @@ lint:
 bench: all
 	$(O)/bin/sg-bench decide
 
-demo: all
+demo:
+	@$(MAKE) --no-print-directory DEPCHECK_TEST=1 depcheck
+	@$(MAKE) --no-print-directory build
 	@O=$(O) tools/demo.sh
 
 # --- install --------------------------------------------------------------
