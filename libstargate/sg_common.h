@@ -64,6 +64,16 @@ int sg_seterr_http(sg_error *err, int rc, int status, const char *code,
     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void sg_error_clear(sg_error *err);
 
+/*
+ * One request header as the caller received it (both NUL-terminated), as
+ * evhttp hands them over; the request and identity parsers read lists of
+ * these.
+ */
+typedef struct sg_header {
+	const char	*name;		/* compared case-insensitively */
+	const char	*value;		/* raw, untrimmed */
+} sg_header;
+
 /* --- parsing helpers ------------------------------------------------------ */
 
 /*

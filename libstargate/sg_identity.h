@@ -38,12 +38,6 @@ enum sg_session_source {
 #define SG_AFFINITY_PREFIX	"mt:v1:"
 #define SG_AFFINITY_KEY_MAX	96	/* bytes, with the NUL; ours are <= 79 */
 
-/* One request header as the caller received it (both NUL-terminated). */
-typedef struct sg_header {
-	const char	*name;		/* compared case-insensitively */
-	const char	*value;		/* raw, untrimmed */
-} sg_header;
-
 /*
  * The identity of one request.  Plain data; the strings are owned by the
  * struct and freed by sg_identity_release().  Absent strings are NULL.
