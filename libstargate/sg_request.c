@@ -610,32 +610,195 @@ request_line(const char *s, const char *end)
 }
 
 /*
+ * Take the headers of h[0..n) that the request reads into v (the first
+ * occurrence of a name wins; x-stargate-excluded-cluster-ids accumulates).
+ * Values lose the optional white space (SP, HTAB) that HTTP framing puts
+ * around them; nothing else is judged here.
+ */
+static int
+collect(sg_request *r, struct hval *v, const sg_header *h, size_t n,
+    sg_error *err)
+{
+	size_t i;
+	int which, rc;
+
+	for (i = 0; i < n; i++) {
+		const char *s = h[i].value != NULL ? h[i].value : "", *se;
+		size_t len = strlen(s);
+
+		if (h[i].name == NULL)
+			return sg_seterr(err, SG_EINVAL, "header %zu: NULL name",
+			    i);
+		se = s + len;
+		which = hdr_lookup(h[i].name, strlen(h[i].name));
+		if (which == H_EXCLUDED) {
+			if ((rc = excluded_header(r, s, len, err)) != 0)
+				return rc;
+			continue;
+		}
+		if (which == H_UNKNOWN || v[which].present)
+			continue;
+		while (s < se && (*s == ' ' || *s == '\t'))
+			s++;
+		while (se > s && (se[-1] == ' ' || se[-1] == '\t'))
+			se--;
+		v[which].present = true;
+		v[which].s = s;
+		v[which].len = (size_t)(se - s);
+	}
+	return 0;
+}
+
+/* x-routing-method: the field value as received, for resolution (ref §3.5),
+ * which normalizes and rejects blank or unknown names. */
+static int
+routing_method(sg_request *r, const struct hval *h, sg_error *err)
+{
+	if (!h->present)
+		return 0;
+	if (decodable(h->s, h->len))
+		r->routing_method = store_str(r, h->s, h->len);
+	else {
+		r->routing_method_invalid = true;
+		r->routing_method = store_str(r, "<invalid-utf8>", 14);
+	}
+	if (r->routing_method == NULL)
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	return 0;
+}
+
+static int
+required(const void *p, bool has, const char *name, sg_error *err)
+{
+	if (p != NULL || has)
+		return 0;
+	return sg_seterr_http(err, SG_EREQUEST, 400, NULL, "%s: required",
+	    name);
+}
+
+/* ref §1.2 order: request id, input tokens, model, method, numerics. */
+static int
+validate(sg_request *r, const struct hval *v, sg_error *err)
+{
+	bool has;
+	uint64_t u;
+	int rc;
+
+	if ((rc = opt_string(r, &v[H_REQUEST_ID], &r->request_id, err)) != 0 ||
+	    (rc = required(r->request_id, false, "x-request-id", err)) != 0)
+		return rc;
+	if ((rc = numeric(&v[H_INPUT_TOKENS], H_INPUT_TOKENS, UINT64_MAX,
+	    &has, &r->input_tokens, err)) != 0 ||
+	    (rc = required(NULL, has, "x-input-tokens", err)) != 0)
+		return rc;
+	if ((rc = opt_string(r, &v[H_MODEL], &r->model, err)) != 0 ||
+	    (rc = required(r->model, false, "x-model", err)) != 0)
+		return rc;
+	if ((rc = routing_method(r, &v[H_METHOD], err)) != 0)
+		return rc;
+	if ((rc = numeric(&v[H_PRIORITY], H_PRIORITY, UINT32_MAX, &has, &u,
+	    err)) != 0)
+		return rc;
+	if (has)
+		r->priority = (uint32_t)u;
+	if ((rc = numeric(&v[H_MAX_WAIT], H_MAX_WAIT, UINT64_MAX,
+	    &r->has_max_wait, &r->max_wait_ms, err)) != 0 ||
+	    (rc = numeric(&v[H_SLO], H_SLO, UINT64_MAX, &r->has_slo,
+	    &r->request_slo_ms, err)) != 0)
+		return rc;
+	if ((rc = opt_string(r, &v[H_ROUTING_KEY], &r->routing_key, err)) != 0 ||
+	    (rc = opt_string(r, &v[H_CACHE_KEY], &r->cache_affinity_key,
+	    err)) != 0 ||
+	    (rc = opt_string(r, &v[H_LAST], &r->last_cluster_id, err)) != 0)
+		return rc;
+	return elapsed(&v[H_ELAPSED], &r->elapsed_ms, err);
+}
+
+int
+sg_request_from_header_list(sg_request *r, const sg_header *h, size_t n,
+    sg_error *err)
+{
+	struct hval v[H_NHDR];
+	int rc;
+
+	sg_request_release(r);
+	memset(v, 0, sizeof(v));
+	if (h == NULL && n > 0)
+		rc = sg_seterr(err, SG_EINVAL, "header list: NULL array");
+	else if ((rc = collect(r, v, h, n, err)) == 0)
+		rc = validate(r, v, err);
+	if (rc != 0)
+		sg_request_release(r);
+	return rc;
+}
+
+/* --- text form ------------------------------------------------------------ */
+
+#define LINE_BATCH	32	/* header lines split before they are collected */
+
+/* Stands in for a value holding a NUL byte: undecodable, as that value is. */
+static const char nul_value[] = "\x01";
+
+/*
+ * Split the line [line, le) of the work copy in place: the colon and the
+ * line end become NULs.  Returns false for a line that is not "name: value"
+ * (a token name, a colon).
+ */
+static bool
+split_line(char *line, char *le, sg_header *out)
+{
+	char *colon = memchr(line, ':', (size_t)(le - line));
+	size_t i, nlen = colon != NULL ? (size_t)(colon - line) : 0;
+
+	for (i = 0; i < nlen && is_tchar((unsigned char)line[i]); i++)
+		;
+	if (colon == NULL || nlen == 0 || i != nlen)
+		return false;
+	out->name = line;
+	out->value = colon + 1;
+	if (memchr(colon + 1, '\0', (size_t)(le - colon - 1)) != NULL)
+		out->value = nul_value;
+	*colon = '\0';
+	*le = '\0';
+	return true;
+}
+
+/*
  * Lines are split on LF (a CR before it is dropped).  Leading blank lines are
  * skipped; a first line of the form "METHOD target HTTP/x.y" is the HTTP
  * request line and is skipped; any other line that is not "name: value"
  * (a token name, a colon) is a 400; the header block ends at the
- * first blank line after it (what follows is a body and is not read).  A
- * header that appears twice keeps its first value, as an HTTP server's
- * "get" does; x-stargate-excluded-cluster-ids lines accumulate.
+ * first blank line after it (what follows is a body and is not read).  The
+ * lines are split in a work copy of the text and go to the header-list
+ * rules in batches of LINE_BATCH (the collected values persist across
+ * batches, so the first occurrence still wins, and an earlier line's error
+ * still comes before a later malformed line's).
  */
 int
 sg_request_from_headers(sg_request *r, const char *text, size_t len,
     sg_error *err)
 {
-	struct hval h[H_NHDR];
-	const char *p = text, *end = text + len;
-	bool started = false, has;
+	sg_header batch[LINE_BATCH];
+	struct hval v[H_NHDR];
+	char *buf = NULL, *p, *end;
+	bool started = false;
 	unsigned lineno = 0;
-	uint64_t u;
+	size_t nb = 0;
 	int rc = 0;
 
 	sg_request_release(r);
-	memset(h, 0, sizeof(h));
+	memset(v, 0, sizeof(v));
+	if ((buf = malloc(len + 1)) == NULL) {
+		rc = sg_seterr(err, SG_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (len > 0)
+		memcpy(buf, text, len);
+	p = buf;
+	end = buf + len;
 	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		const char *line = p, *colon, *le = nl != NULL ? nl : end;
-		size_t i, nlen;
-		int which;
+		char *nl = memchr(p, '\n', (size_t)(end - p));
+		char *line = p, *le = nl != NULL ? nl : end;
 
 		p = nl != NULL ? nl + 1 : end;
 		lineno++;
@@ -646,96 +809,28 @@ sg_request_from_headers(sg_request *r, const char *text, size_t len,
 				break;		/* end of the header block */
 			continue;
 		}
-		colon = memchr(line, ':', (size_t)(le - line));
-		nlen = colon != NULL ? (size_t)(colon - line) : 0;
-		for (i = 0; i < nlen && is_tchar((unsigned char)line[i]); i++)
-			;
-		if (colon == NULL || nlen == 0 || i != nlen) {
+		if (!split_line(line, le, &batch[nb])) {
 			if (!started && request_line(line, le)) {
 				started = true;	/* "POST /v1/... HTTP/1.1" */
 				continue;
 			}
-			rc = sg_seterr_http(err, SG_EREQUEST, 400, NULL,
-			    "header line %u: expected \"name: value\"", lineno);
+			if ((rc = collect(r, v, batch, nb, err)) == 0)
+				rc = sg_seterr_http(err, SG_EREQUEST, 400, NULL,
+				    "header line %u: expected \"name: value\"",
+				    lineno);
 			goto out;
 		}
 		started = true;
-		which = hdr_lookup(line, nlen);
-		if (which == H_EXCLUDED) {
-			if ((rc = excluded_header(r, colon + 1,
-			    (size_t)(le - colon - 1), err)) != 0)
+		if (++nb == LINE_BATCH) {
+			if ((rc = collect(r, v, batch, nb, err)) != 0)
 				goto out;
-		} else if (which != H_UNKNOWN && !h[which].present) {
-			/* the field value, without the optional white space
-			 * (SP, HTAB) that HTTP framing puts around it */
-			const char *v = colon + 1, *ve = le;
-
-			while (v < ve && (*v == ' ' || *v == '\t'))
-				v++;
-			while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-				ve--;
-			h[which].present = true;
-			h[which].s = v;
-			h[which].len = (size_t)(ve - v);
+			nb = 0;
 		}
 	}
-
-	/* ref §1.2 order: request id, input tokens, model, method, numerics */
-	if ((rc = opt_string(r, &h[H_REQUEST_ID], &r->request_id, err)) != 0)
-		goto out;
-	if (r->request_id == NULL) {
-		rc = sg_seterr_http(err, SG_EREQUEST, 400, NULL,
-		    "x-request-id: required");
-		goto out;
-	}
-	if ((rc = numeric(&h[H_INPUT_TOKENS], H_INPUT_TOKENS, UINT64_MAX, &has,
-	    &r->input_tokens, err)) != 0)
-		goto out;
-	if (!has) {
-		rc = sg_seterr_http(err, SG_EREQUEST, 400, NULL,
-		    "x-input-tokens: required");
-		goto out;
-	}
-	if ((rc = opt_string(r, &h[H_MODEL], &r->model, err)) != 0)
-		goto out;
-	if (r->model == NULL) {
-		rc = sg_seterr_http(err, SG_EREQUEST, 400, NULL,
-		    "x-model: required");
-		goto out;
-	}
-	/* x-routing-method: the field value as received, for resolution
-	 * (ref §3.5), which normalizes and rejects blank or unknown names. */
-	if (h[H_METHOD].present) {
-		if (decodable(h[H_METHOD].s, h[H_METHOD].len))
-			r->routing_method = store_str(r, h[H_METHOD].s,
-			    h[H_METHOD].len);
-		else {
-			r->routing_method_invalid = true;
-			r->routing_method = store_str(r, "<invalid-utf8>", 14);
-		}
-		if (r->routing_method == NULL) {
-			rc = sg_seterr(err, SG_ENOMEM, "out of memory");
-			goto out;
-		}
-	}
-	if ((rc = numeric(&h[H_PRIORITY], H_PRIORITY, UINT32_MAX, &has, &u,
-	    err)) != 0)
-		goto out;
-	if (has)
-		r->priority = (uint32_t)u;
-	if ((rc = numeric(&h[H_MAX_WAIT], H_MAX_WAIT, UINT64_MAX,
-	    &r->has_max_wait, &r->max_wait_ms, err)) != 0)
-		goto out;
-	if ((rc = numeric(&h[H_SLO], H_SLO, UINT64_MAX, &r->has_slo,
-	    &r->request_slo_ms, err)) != 0)
-		goto out;
-	if ((rc = opt_string(r, &h[H_ROUTING_KEY], &r->routing_key, err)) != 0 ||
-	    (rc = opt_string(r, &h[H_CACHE_KEY], &r->cache_affinity_key,
-	    err)) != 0 ||
-	    (rc = opt_string(r, &h[H_LAST], &r->last_cluster_id, err)) != 0)
-		goto out;
-	rc = elapsed(&h[H_ELAPSED], &r->elapsed_ms, err);
+	if ((rc = collect(r, v, batch, nb, err)) == 0)
+		rc = validate(r, v, err);
 out:
+	free(buf);
 	if (rc != 0)
 		sg_request_release(r);
 	return rc;

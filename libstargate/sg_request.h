@@ -59,14 +59,34 @@ void	sg_request_release(sg_request *r);	/* free owned storage, then init */
 int	sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err);
 
 /*
- * Parse HTTP header lines ("name: value", CRLF or LF, case-insensitive names)
- * by the rules of ref §1.2: optional strings are trimmed and blank or
- * undecodable values are absent; numeric headers that are present but not a
- * base-10 unsigned integer of the target width are a 400.  The order of
- * validation is ref §1.2's.  x-stargate-last-cluster-id uses the
- * optional-string rule and is never an error.  Unknown headers are ignored
- * (they belong to the body's upstream).  On a request error returns
- * SG_EREQUEST with err->status = 400 and a message naming the header.
+ * Parse a header list h[0..n) (sg_header of sg_common.h: NUL-terminated
+ * name and raw value) by the rules of ref §1.2.  Names are matched
+ * case-insensitively; a name that appears twice keeps
+ * its first value, as an HTTP server's "get" does, except
+ * x-stargate-excluded-cluster-ids, whose values accumulate.  Values lose the
+ * optional white space (SP, HTAB) around them; then optional strings are
+ * trimmed and blank or undecodable values (invalid UTF-8, a control byte
+ * other than HTAB) are absent; numeric headers that are
+ * present but not a base-10 unsigned integer of the target width are a
+ * 400.  The order of validation is ref §1.2's, whatever the list order.
+ * x-stargate-last-cluster-id uses the optional-string rule and is never an
+ * error.  Unknown headers are ignored (they belong to the body's upstream).
+ * On a request error returns SG_EREQUEST with err->status = 400 and a
+ * message naming the header; SG_EINVAL for a NULL array with n > 0 or an
+ * entry with a NULL name (a NULL value is an empty one).  Strings are
+ * copied (h may be freed afterwards).  r is released first and left
+ * released on failure.
+ */
+int	sg_request_from_header_list(sg_request *r, const sg_header *h,
+	    size_t n, sg_error *err);
+
+/*
+ * Parse HTTP header lines ("name: value", CRLF or LF) by the rules of
+ * sg_request_from_header_list.  Leading blank lines and a first
+ * "METHOD target HTTP/x.y" line are skipped; the block ends at the first
+ * blank line after it (a body is not read); any other line that is not
+ * "name: value" is a 400 naming its line number.  A value holding a NUL
+ * byte is undecodable (it cannot be valid text).
  */
 int	sg_request_from_headers(sg_request *r, const char *text, size_t len,
 	    sg_error *err);

@@ -703,6 +703,331 @@ test_headers_embedded_nul_makes_value_undecodable(void **state)
 	sg_request_release(&r);
 }
 
+/* --- header-list form ----------------------------------------------------- */
+
+#define NH(a)	(sizeof(a) / sizeof((a)[0]))
+
+static int
+hlist(sg_request *r, const sg_header *h, size_t n, sg_error *err)
+{
+	sg_error_clear(err);
+	return sg_request_from_header_list(r, h, n, err);
+}
+
+static void
+expect_list_400(const sg_header *h, size_t n, const char *msg)
+{
+	sg_request r;
+	sg_error err;
+
+	sg_request_init(&r);
+	assert_int_equal(hlist(&r, h, n, &err), SG_EREQUEST);
+	assert_int_equal(err.status, 400);
+	assert_string_equal(err.text, msg);
+	assert_null(r.request_id);
+	assert_null(r.store);
+	sg_request_release(&r);
+}
+
+static void
+test_list_reads_every_header_case_insensitively(void **state)
+{
+	static const sg_header h[] = {
+		{ "Host", "h:8080" },
+		{ "X-Request-Id", " r-1 " },
+		{ "X-MODEL", "m" },
+		{ "x-Input-Tokens", "\t1000 " },
+		{ "x-routing-key", "rk" },
+		{ "X-Cache-Affinity-Key", "k" },
+		{ "x-routing-method", " pulsar " },
+		{ "X-Priority", "3" },
+		{ "x-max-wait-ms", "5000" },
+		{ "X-Request-SLO-Ms", "2000" },
+		{ "X-Stargate-Last-Cluster-Id", "B" },
+		{ "x-stargate-excluded-cluster-ids", "C" },
+		{ "content-type", "application/json" },
+	};
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hlist(&r, h, NH(h), &err), 0);
+	assert_string_equal(r.request_id, "r-1");
+	assert_string_equal(r.model, "m");
+	assert_true(r.input_tokens == 1000);
+	assert_string_equal(r.routing_key, "rk");
+	assert_string_equal(r.cache_affinity_key, "k");
+	assert_string_equal(r.routing_method, "pulsar");
+	assert_int_equal(r.priority, 3);
+	assert_true(r.has_max_wait && r.max_wait_ms == 5000);
+	assert_true(r.has_slo && r.request_slo_ms == 2000);
+	assert_string_equal(r.last_cluster_id, "B");
+	assert_int_equal(r.nexcluded, 1);
+	assert_string_equal(r.excluded[0], "C");
+	sg_request_release(&r);
+}
+
+static void
+test_list_duplicates_first_wins_excluded_accumulate(void **state)
+{
+	static const sg_header h[] = {
+		{ "x-request-id", "first" },
+		{ "X-REQUEST-ID", "second" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "1" },
+		{ "x-input-tokens", "not a number" },	/* never read */
+		{ "x-stargate-last-cluster-id", "   " },	/* blank: absent */
+		{ "x-stargate-last-cluster-id", "A" },	/* still the second */
+		{ "x-stargate-excluded-cluster-ids", "A, B" },
+		{ "X-Stargate-Excluded-Cluster-Ids", "C" },
+	};
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hlist(&r, h, NH(h), &err), 0);
+	assert_string_equal(r.request_id, "first");
+	assert_true(r.input_tokens == 1);
+	assert_null(r.last_cluster_id);
+	assert_int_equal(r.nexcluded, 3);
+	assert_string_equal(r.excluded[2], "C");
+	sg_request_release(&r);
+}
+
+static void
+test_list_control_bytes_and_bad_utf8_follow_the_rules(void **state)
+{
+	static const sg_header h[] = {
+		{ "x-request-id", "r" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "1" },
+		{ "x-routing-key", "a\x01" "b" },		/* control byte */
+		{ "x-cache-affinity-key", "k\x7f" },		/* DEL */
+		{ "x-stargate-last-cluster-id", "B\xff" },	/* not UTF-8 */
+		{ "x-routing-method", "\xe2\x28\xa1" },
+	};
+	static const sg_header bad_num[] = {
+		{ "x-request-id", "r" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "1" },
+		{ "x-priority", "1\r" },
+	};
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hlist(&r, h, NH(h), &err), 0);
+	assert_null(r.routing_key);
+	assert_null(r.cache_affinity_key);
+	assert_null(r.last_cluster_id);
+	assert_true(r.routing_method_invalid);
+	assert_string_equal(r.routing_method, "<invalid-utf8>");
+	sg_request_release(&r);
+	expect_list_400(bad_num, NH(bad_num),
+	    "x-priority: not a valid header value");
+}
+
+static void
+test_list_validation_order_ignores_list_order(void **state)
+{
+	static const sg_header a[] = {
+		{ "x-request-slo-ms", "x" },
+		{ "x-priority", "x" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "nope" },
+	};
+	static const sg_header b[] = {
+		{ "x-request-slo-ms", "x" },
+		{ "x-max-wait-ms", "x" },
+		{ "x-priority", "x" },
+		{ "x-input-tokens", "nope" },
+		{ "x-request-id", "r" },
+	};
+	static const sg_header c[] = {
+		{ "x-request-slo-ms", "x" },
+		{ "x-max-wait-ms", "x" },
+		{ "x-priority", "x" },
+		{ "x-input-tokens", "2" },
+		{ "x-request-id", "r" },
+	};
+	static const sg_header d[] = {
+		{ "x-request-slo-ms", "x" },
+		{ "x-max-wait-ms", "x" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "2" },
+		{ "x-request-id", "r" },
+		{ "x-priority", "x" },
+	};
+	static const sg_header e[] = {
+		{ "x-request-slo-ms", "x" },
+		{ "x-max-wait-ms", "x" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "2" },
+		{ "x-request-id", "r" },
+	};
+
+	(void)state;
+	expect_list_400(a, NH(a), "x-request-id: required");
+	expect_list_400(b, NH(b),
+	    "x-input-tokens: must be a base-10 unsigned integer");
+	expect_list_400(c, NH(c), "x-model: required");
+	expect_list_400(d, NH(d),
+	    "x-priority: must be a base-10 unsigned integer");
+	expect_list_400(e, NH(e),
+	    "x-max-wait-ms: must be a base-10 unsigned integer");
+}
+
+static void
+test_list_bounds_and_bad_arguments(void **state)
+{
+	static const sg_header nul_name[] = { { NULL, "v" } };
+	static const sg_header nul_value[] = {
+		{ "x-request-id", "r" },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "1" },
+		{ "x-routing-key", NULL },
+		{ "x-routing-method", NULL },
+	};
+	sg_header *many;
+	char (*ids)[16], msg[80];
+	sg_request r;
+	sg_error err;
+	size_t i;
+
+	(void)state;
+	many = calloc(SG_MAX_EXCLUDED + 4, sizeof(*many));
+	ids = calloc(SG_MAX_EXCLUDED + 1, sizeof(*ids));
+	assert_true(many != NULL && ids != NULL);
+	sg_request_init(&r);
+	/* no headers at all: the first required one is missing */
+	expect_list_400(NULL, 0, "x-request-id: required");
+	assert_int_equal(hlist(&r, NULL, 1, &err), SG_EINVAL);
+	assert_int_equal(hlist(&r, nul_name, 1, &err), SG_EINVAL);
+	assert_null(r.store);
+	/* a NULL value is an empty one */
+	assert_int_equal(hlist(&r, nul_value, NH(nul_value), &err), 0);
+	assert_null(r.routing_key);
+	assert_string_equal(r.routing_method, "");
+	sg_request_release(&r);
+
+	/* one excluded id per entry: SG_MAX_EXCLUDED fit, one more is 400 */
+	many[0] = (sg_header){ "x-request-id", "r" };
+	many[1] = (sg_header){ "x-model", "m" };
+	many[2] = (sg_header){ "x-input-tokens", "1" };
+	for (i = 0; i <= SG_MAX_EXCLUDED; i++) {
+		snprintf(ids[i], sizeof(ids[i]), "c%zu", i);
+		many[3 + i] = (sg_header){ "x-stargate-excluded-cluster-ids",
+		    ids[i] };
+	}
+	assert_int_equal(hlist(&r, many, 3 + SG_MAX_EXCLUDED, &err), 0);
+	assert_int_equal(r.nexcluded, SG_MAX_EXCLUDED);
+	sg_request_release(&r);
+	snprintf(msg, sizeof(msg), "x-stargate-excluded-cluster-ids: "
+	    "more than %d ids", SG_MAX_EXCLUDED);
+	expect_list_400(many, 4 + SG_MAX_EXCLUDED, msg);
+	free(many);
+	free(ids);
+}
+
+static void
+test_list_copies_strings_and_replaces_previous_content(void **state)
+{
+	char id[8] = "req-1", model[8] = "m";
+	sg_header h[] = {
+		{ "x-request-id", id },
+		{ "x-model", model },
+		{ "x-input-tokens", "1" },
+	};
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, "x-request-id: old\nx-model: o\n"
+	    "x-input-tokens: 9\nx-priority: 4\n", &err), 0);
+	assert_int_equal(hlist(&r, h, NH(h), &err), 0);
+	memset(id, 'x', sizeof(id) - 1);
+	memset(model, 'x', sizeof(model) - 1);
+	assert_string_equal(r.request_id, "req-1");
+	assert_string_equal(r.model, "m");
+	assert_int_equal(r.priority, 0);
+	sg_request_release(&r);
+}
+
+/* The text form is the list form over split lines: same answers. */
+static void
+test_text_and_list_forms_agree(void **state)
+{
+	static const sg_header h[] = {
+		{ "x-request-id", " r " },
+		{ "x-model", "m" },
+		{ "x-input-tokens", "7" },
+		{ "x-routing-key", "\t rk" },
+		{ "x-elapsed-ms", "12.5" },
+		{ "x-stargate-excluded-cluster-ids", "A,B" },
+	};
+	sg_request a, b;
+	sg_error err;
+
+	(void)state;
+	sg_request_init(&a);
+	sg_request_init(&b);
+	assert_int_equal(hdrs(&a, "x-request-id:  r \nx-model:m\n"
+	    "x-input-tokens: 7\nx-routing-key: \t rk\nx-elapsed-ms: 12.5\n"
+	    "x-stargate-excluded-cluster-ids: A,B\n", &err), 0);
+	assert_int_equal(hlist(&b, h, NH(h), &err), 0);
+	assert_request_equal(&a, &b);
+	sg_request_release(&a);
+	sg_request_release(&b);
+}
+
+/* More lines than one batch of the text form: first still wins. */
+static void
+test_headers_many_lines_keep_first_value(void **state)
+{
+	char *text, *p, msg[80];
+	size_t cap = 100 * 40 + 200, i;
+	sg_request r;
+	sg_error err;
+
+	(void)state;
+	text = malloc(cap);
+	assert_non_null(text);
+	p = text;
+	for (i = 0; i < 100; i++)
+		p += snprintf(p, cap - (size_t)(p - text),
+		    "x-unknown-%zu: v\n", i);
+	p += snprintf(p, cap - (size_t)(p - text),
+	    "x-request-id: r\nx-model: m\nx-input-tokens: 3\n");
+	for (i = 0; i < 40; i++)
+		p += snprintf(p, cap - (size_t)(p - text), "x-model: late\n");
+	sg_request_init(&r);
+	assert_int_equal(hdrs(&r, text, &err), 0);
+	assert_string_equal(r.model, "m");
+	assert_true(r.input_tokens == 3);
+	sg_request_release(&r);
+	/* an error on an early line comes before a later malformed line */
+	free(text);
+	cap = 2 * (SG_MAX_EXCLUDED + 1) + 200;
+	text = malloc(cap);
+	assert_non_null(text);
+	p = text + snprintf(text, cap, "x-request-id: r\n"
+	    "x-stargate-excluded-cluster-ids: ");
+	for (i = 0; i <= SG_MAX_EXCLUDED; i++) {
+		*p++ = 'a';
+		*p++ = ',';
+	}
+	snprintf(p, cap - (size_t)(p - text), "\nbad line\n");
+	assert_int_equal(hdrs(&r, text, &err), SG_EREQUEST);
+	snprintf(msg, sizeof(msg), "x-stargate-excluded-cluster-ids: "
+	    "more than %d ids", SG_MAX_EXCLUDED);
+	assert_string_equal(err.text, msg);
+	free(text);
+}
+
 int
 main(void)
 {
@@ -732,6 +1057,14 @@ main(void)
 		cmocka_unit_test(test_headers_malformed_line_is_400),
 		cmocka_unit_test(test_headers_round_trip_through_json),
 		cmocka_unit_test(test_headers_embedded_nul_makes_value_undecodable),
+		cmocka_unit_test(test_list_reads_every_header_case_insensitively),
+		cmocka_unit_test(test_list_duplicates_first_wins_excluded_accumulate),
+		cmocka_unit_test(test_list_control_bytes_and_bad_utf8_follow_the_rules),
+		cmocka_unit_test(test_list_validation_order_ignores_list_order),
+		cmocka_unit_test(test_list_bounds_and_bad_arguments),
+		cmocka_unit_test(test_list_copies_strings_and_replaces_previous_content),
+		cmocka_unit_test(test_text_and_list_forms_agree),
+		cmocka_unit_test(test_headers_many_lines_keep_first_value),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
