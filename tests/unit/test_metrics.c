@@ -210,9 +210,19 @@ test_escaping_of_label_values_and_help(void **state)
 	    "x_total{path=\"C:\\\\dir \\\"q\\\"\\nline2\"} 1\n"
 	    "x_total{path=\"caf\xc3\xa9\"} 1\n");
 	free(got);
-	/* Invalid UTF-8 is refused (and counted). */
+	/* Invalid UTF-8, overlong and missing values are refused (and
+	 * counted). */
 	assert_null(series1(f, "\xff"));
-	assert_int_equal(sg_metric_dropped(f), 1);
+	assert_null(series1(f, NULL));
+	{
+		static char big[SG_METRICS_VALUE_MAX + 2];
+
+		memset(big, 'v', SG_METRICS_VALUE_MAX + 1);
+		assert_null(series1(f, big));
+		big[SG_METRICS_VALUE_MAX] = '\0';
+		assert_non_null(series1(f, big));
+	}
+	assert_int_equal(sg_metric_dropped(f), 3);
 	sg_metrics_free(m);
 }
 
@@ -517,6 +527,9 @@ test_series_are_shared_across_fork(void **state)
 		for (i = 0; i < 1000; i++)
 			sg_series_inc(s);
 		sg_series_add(series1(f, "child"), 7);
+		sg_series_set(sg_metric_series(family(m, SG_METRIC_GAUGE,
+		    "child_gauge", "Made by the child.", NULL, NULL, 0), NULL),
+		    2.5);
 		_exit(0);
 	}
 	wait_ok(pid);
@@ -526,7 +539,10 @@ test_series_are_shared_across_fork(void **state)
 	assert_string_equal(got,
 	    "# HELP forked_total \n# TYPE forked_total counter\n"
 	    "forked_total{who=\"parent\"} 1000\n"
-	    "forked_total{who=\"child\"} 7\n");
+	    "forked_total{who=\"child\"} 7\n"
+	    "# HELP child_gauge Made by the child.\n"
+	    "# TYPE child_gauge gauge\n"
+	    "child_gauge 2.5\n");
 	free(got);
 	sg_metrics_free(m);
 }
