@@ -148,7 +148,7 @@ sg_log_key_is_secret(const char *key)
 	return false;
 }
 
-/* --- record buffer ---------------------------------------------------------- */
+/* --- record buffer ------------------------------------------------------ */
 
 /* True if n more bytes fit and still leave `reserve` for a marker. */
 static bool
@@ -295,7 +295,7 @@ field(sg_log_rec *r, const char *key, const char *val, size_t n)
 	put_value(r, val, n);
 }
 
-/* --- public ----------------------------------------------------------------- */
+/* --- public ------------------------------------------------------------- */
 
 static void
 put_ts(sg_log_rec *r, double t)

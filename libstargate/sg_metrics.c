@@ -53,7 +53,7 @@ struct sg_metrics {
 	uint32_t		 used;		/* bump offset (under lock) */
 	atomic_uint		 lock;
 	uint32_t		 nslots;	/* power of two */
-	uint32_t		 slots;		/* offset of atomic_uint[nslots] */
+	uint32_t		 slots;		/* offset of the index */
 	uint32_t		 nindexed;	/* used slots (under lock) */
 	atomic_uint		 first_fam;
 	uint32_t		 last_fam;	/* under lock */
@@ -84,7 +84,7 @@ struct sg_series {
 	atomic_uint		 next;		/* next series of the family */
 	uint32_t		 self;		/* this series' offset */
 	atomic_ullong		 count;		/* counter: integral part */
-	atomic_ullong		 bits;		/* double: value, rest, or sum */
+	atomic_ullong		 bits;		/* double: value, rest or sum */
 	atomic_ullong		 bucket[];	/* histogram: nbuckets + 1 */
 };
 
@@ -92,7 +92,7 @@ _Static_assert(sizeof(struct sg_metrics) % 8 == 0, "header alignment");
 _Static_assert(sizeof(struct sg_metric) % 8 == 0, "family alignment");
 _Static_assert(sizeof(struct sg_series) % 8 == 0, "series alignment");
 
-/* --- arena ------------------------------------------------------------------ */
+/* --- arena -------------------------------------------------------------- */
 
 static inline void *
 at(const sg_metrics *m, uint32_t off)
@@ -204,7 +204,7 @@ sg_metrics_free(sg_metrics *m)
 		munmap(m, m->size);
 }
 
-/* --- names ------------------------------------------------------------------ */
+/* --- names -------------------------------------------------------------- */
 
 static bool
 name_char(char c, bool first, bool colon)
@@ -295,18 +295,18 @@ check_family(int type, const char *name, const char *help,
 		return sg_seterr(err, SG_EINVAL, "unknown metric type %d",
 		    type);
 	if (!valid_name(name, true))
-		return sg_seterr(err, SG_EINVAL, "invalid metric name \"%.64s\"",
-		    name == NULL ? "" : name);
+		return sg_seterr(err, SG_EINVAL,
+		    "invalid metric name \"%.64s\"", name == NULL ? "" : name);
 	if (help != NULL && strlen(help) > SG_METRICS_HELP_MAX)
-		return sg_seterr(err, SG_EINVAL, "%s: help longer than %d bytes",
-		    name, SG_METRICS_HELP_MAX);
+		return sg_seterr(err, SG_EINVAL,
+		    "%s: help longer than %d bytes", name, SG_METRICS_HELP_MAX);
 	if ((rc = check_labels(type, labels, nlabels, err)) != 0 ||
 	    (rc = check_buckets(type, buckets, nbuckets, err)) != 0)
 		return rc;
 	return 0;
 }
 
-/* --- families --------------------------------------------------------------- */
+/* --- families ----------------------------------------------------------- */
 
 static sg_metric *
 find_family(sg_metrics *m, const char *name)
@@ -453,7 +453,7 @@ sg_metric_dropped(const sg_metric *f)
 	    memory_order_relaxed);
 }
 
-/* --- series index ----------------------------------------------------------- */
+/* --- series index ------------------------------------------------------- */
 
 /* Hash of the family and its values; also checks them and sums their
  * stored size ("v0\0v1\0..."). false when a value is invalid. */
@@ -595,7 +595,7 @@ drop:
 	return NULL;
 }
 
-/* --- updates ---------------------------------------------------------------- */
+/* --- updates ------------------------------------------------------------ */
 
 static inline double
 bits_double(uint64_t b)
@@ -706,12 +706,12 @@ sg_series_observe(sg_series *s, double v)
 static uint64_t
 histogram_count(const sg_series *s, const sg_metric *f)
 {
+	sg_series *w = (sg_series *)(uintptr_t)s;
 	uint64_t n = 0;
 	size_t i;
 
 	for (i = 0; i <= f->nbuckets; i++)
-		n += atomic_load_explicit(&((sg_series *)(uintptr_t)s)->bucket[i],
-		    memory_order_relaxed);
+		n += atomic_load_explicit(&w->bucket[i], memory_order_relaxed);
 	return n;
 }
 
@@ -734,7 +734,7 @@ sg_series_value(const sg_series *s)
 	return d;
 }
 
-/* --- numbers ---------------------------------------------------------------- */
+/* --- numbers ------------------------------------------------------------ */
 
 size_t
 sg_metrics_fmt_double(char *buf, size_t cap, double v)
@@ -765,7 +765,7 @@ sg_metrics_fmt_double(char *buf, size_t cap, double v)
 	return (size_t)n;
 }
 
-/* --- exposition ------------------------------------------------------------- */
+/* --- exposition --------------------------------------------------------- */
 
 struct out {
 	sg_metrics_sink	 sink;

@@ -40,8 +40,8 @@ enum sg_metric_type { SG_METRIC_COUNTER, SG_METRIC_GAUGE, SG_METRIC_HISTOGRAM };
 #define SG_METRICS_ARENA_MAX		(1u << 30)
 #define SG_METRICS_SERIES_DEFAULT	4096	/* series per family */
 #define SG_METRICS_LABELS_MAX		16	/* label names per family */
-#define SG_METRICS_BUCKETS_MAX		64	/* histogram buckets (+Inf apart) */
-#define SG_METRICS_NAME_MAX		200	/* metric and label name bytes */
+#define SG_METRICS_BUCKETS_MAX		64	/* finite histogram bounds */
+#define SG_METRICS_NAME_MAX		200	/* name bytes */
 #define SG_METRICS_HELP_MAX		1024	/* help text bytes */
 #define SG_METRICS_VALUE_MAX		1024	/* label value bytes */
 

@@ -14,7 +14,7 @@
 
 #include "sg_metrics.h"
 
-/* --- allocation counter (as in tools/sg-bench/decide.c) -------------------- */
+/* --- allocation counter (as in tools/sg-bench/decide.c) ----------------- */
 
 static volatile int	count_allocs;
 static unsigned long	nallocs;
@@ -60,7 +60,7 @@ free(void *p)
 }
 #endif
 
-/* --- helpers ---------------------------------------------------------------- */
+/* --- helpers ------------------------------------------------------------ */
 
 struct text {
 	char	*p;
@@ -127,7 +127,7 @@ series1(sg_metric *f, const char *v)
 	return sg_metric_series(f, vals);
 }
 
-/* --- exposition ------------------------------------------------------------- */
+/* --- exposition --------------------------------------------------------- */
 
 static void
 test_exposition_golden(void **state)
@@ -318,7 +318,7 @@ test_wrong_updates_are_ignored(void **state)
 	sg_metrics_free(m);
 }
 
-/* --- declarations ----------------------------------------------------------- */
+/* --- declarations ------------------------------------------------------- */
 
 static void
 test_invalid_names_and_buckets_are_rejected(void **state)
@@ -393,7 +393,8 @@ test_redeclaration(void **state)
 	assert_int_equal(sg_metrics_family(m, SG_METRIC_COUNTER, "c_total", "",
 	    NULL, NULL, 0, &g, &e), SG_EINVAL);
 	got = expose(m);
-	assert_string_equal(got, "# HELP c_total help\n# TYPE c_total counter\n");
+	assert_string_equal(got,
+	    "# HELP c_total help\n# TYPE c_total counter\n");
 	free(got);
 	/* Too few values for the labels. */
 	assert_null(sg_metric_series(f, NULL));
@@ -414,7 +415,7 @@ test_arena_size_is_checked(void **state)
 	sg_metrics_free(NULL);
 }
 
-/* --- bounds ----------------------------------------------------------------- */
+/* --- bounds ------------------------------------------------------------- */
 
 static void
 test_family_series_limit(void **state)
@@ -495,7 +496,7 @@ test_arena_full(void **state)
 	sg_metrics_free(m);
 }
 
-/* --- processes -------------------------------------------------------------- */
+/* --- processes ---------------------------------------------------------- */
 
 static void
 wait_ok(pid_t pid)
@@ -641,7 +642,7 @@ test_concurrent_processes_give_exact_totals(void **state)
 	sg_metrics_free(m);
 }
 
-/* --- hot path --------------------------------------------------------------- */
+/* --- hot path ----------------------------------------------------------- */
 
 static void
 test_hot_path_does_not_allocate(void **state)
