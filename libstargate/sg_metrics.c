@@ -483,16 +483,15 @@ series_match(const sg_metrics *m, const sg_series *s, const sg_metric *f,
     uint64_t hash, const char *const *values)
 {
 	const char *p;
-	size_t i, n;
+	size_t i;
 
 	if (s->hash != hash || s->fam != f->self)
 		return false;
 	p = str_at(m, s->values);
 	for (i = 0; i < f->nlabels; i++) {
-		n = strlen(values[i]);
-		if (memcmp(p, values[i], n + 1) != 0)
+		if (strcmp(p, values[i]) != 0)
 			return false;
-		p += n + 1;
+		p += strlen(p) + 1;
 	}
 	return true;
 }
