@@ -404,6 +404,112 @@ test_cancelled_waiting_request_leaves_queue_silently(void **state)
 }
 
 static void
+test_cancelled_decoding_request_frees_its_slot_at_once(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	uint32_t h;
+
+	(void)state;
+	cfg_simple(&c, 1, 1000);
+	e = mk(&c, &l);
+	/* 1 decodes from 100 (100 tokens) until 100 + 99 * 100 = 10000. */
+	h = submit(e, 0, 7, 100, 100, 1);
+	submit(e, 0, 0, 100, 1, 2);
+	eng_advance(e, 300);
+	assert_non_null(find(&l, ENG_FIRST_TOKEN, 1));
+	assert_int_equal(eng_running(e), 1);
+	assert_int_equal(eng_waiting(e), 1);
+	/* cancelled at 300: 2 gets the slot at 300, first token at 400 */
+	eng_cancel(e, h);
+	assert_null(eng_peek(e, h));
+	assert_int_equal(eng_running(e), 1);
+	assert_int_equal(eng_waiting(e), 0);
+	assert_int_equal(eng_counters_get(e)->requests_cancelled, 1);
+	assert_near(eng_next_event(e), 400, 1e-9);
+	run_all(e);
+	assert_null(find(&l, ENG_DONE, 1));
+	assert_near(find(&l, ENG_DONE, 2)->done_ms, 400, 1e-9);
+	assert_int_equal(eng_running(e), 0);
+	/* 1's prompt stays cached, unpinned: evictable by later requests */
+	assert_true(eng_kv_used(e) == 100);
+	assert_true(isinf(eng_next_event(e)));
+	eng_cancel(e, h);	/* a dead handle: no-op */
+	assert_int_equal(eng_counters_get(e)->requests_cancelled, 1);
+	eng_free(e);
+}
+
+static void
+test_cancelled_prefill_stops_and_the_next_prefill_starts(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	uint32_t h1, h2;
+	sg_cluster cl;
+
+	(void)state;
+	cfg_simple(&c, 3, 0);
+	e = mk(&c, &l);
+	/* Prefill FIFO: 1 in 0..1000, 2 queued behind it, 3 behind 2. */
+	h1 = submit(e, 0, 0, 1000, 1, 1);
+	h2 = submit(e, 0, 0, 500, 1, 2);
+	submit(e, 0, 0, 200, 1, 3);
+	eng_advance(e, 100);
+	/* cancel 2 (queued in the prefill FIFO), then 1 (in prefill) at
+	 * 100: 3's prefill runs 100..300 */
+	eng_cancel(e, h2);
+	eng_cancel(e, h1);
+	assert_int_equal(eng_running(e), 1);
+	eng_cluster(e, 100, &cl);
+	assert_true(cl.queued_input_tokens == 200);
+	assert_true(cl.total_input_tokens == 200);
+	assert_near(eng_next_event(e), 300, 1e-9);
+	run_all(e);
+	assert_int_equal(l.n, 2);
+	assert_near(find(&l, ENG_DONE, 3)->done_ms, 300, 1e-9);
+	assert_int_equal(eng_running(e), 0);
+	eng_free(e);
+}
+
+static void
+test_cancelled_step_sequence_leaves_at_the_next_step(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	uint32_t h;
+	sg_cluster cl;
+
+	(void)state;
+	cfg_simple(&c, 1, 0);
+	c.step_model = true;
+	c.max_batched_tokens = 100;
+	c.step_fixed_ms = 1;
+	c.step_decode_ms_per_seq = 0;
+	c.step_prefill_ms_per_token = 0.01;
+	e = mk(&c, &l);
+	/* 1 decodes 1000 tokens, one per 1 ms step after its prefill
+	 * step (1 + 10 * 0.01 = 1.1... ms); 2 waits for the slot. */
+	h = submit(e, 0, 0, 10, 1000, 1);
+	submit(e, 0, 0, 10, 1, 2);
+	eng_advance(e, 5.5);
+	assert_int_equal(eng_waiting(e), 1);
+	eng_cancel(e, h);
+	eng_cluster(e, 5.5, &cl);
+	assert_true(cl.running == 1);		/* 2, waiting */
+	assert_true(cl.queued_input_tokens == 10);
+	/* the step in flight ends at 6.1; 2 prefills in the next one */
+	run_all(e);
+	assert_null(find(&l, ENG_DONE, 1));
+	assert_non_null(find(&l, ENG_DONE, 2));
+	assert_true(find(&l, ENG_DONE, 2)->admit_ms < 7);
+	assert_int_equal(eng_running(e), 0);
+	eng_free(e);
+}
+
+static void
 test_step_model_chunks_prefill_and_decodes_per_step(void **state)
 {
 	eng_config c;
@@ -542,6 +648,9 @@ main(void)
 		cmocka_unit_test(test_hold_fills_slots_and_release_drains),
 		cmocka_unit_test(test_max_queue_rejects_beyond_the_limit),
 		cmocka_unit_test(test_cancelled_waiting_request_leaves_queue_silently),
+		cmocka_unit_test(test_cancelled_decoding_request_frees_its_slot_at_once),
+		cmocka_unit_test(test_cancelled_prefill_stops_and_the_next_prefill_starts),
+		cmocka_unit_test(test_cancelled_step_sequence_leaves_at_the_next_step),
 		cmocka_unit_test(test_step_model_chunks_prefill_and_decodes_per_step),
 		cmocka_unit_test(test_step_model_shares_a_step_between_decode_and_prefill),
 		cmocka_unit_test(test_mean_input_tps_is_measured_prefill_rate),

@@ -528,6 +528,20 @@ cache_done(eng *e, rec *q)
 	q->entry = ENG_NONE;
 }
 
+/* Cancelled while admitted: unpin the key entry, nothing more cached. */
+static void
+cache_unpin(eng *e, rec *q)
+{
+	uint32_t x = q->entry;
+
+	if (x == ENG_NONE)
+		return;
+	e->kv.ent[x].pin--;
+	if (e->kv.ent[x].tokens == 0 && e->kv.ent[x].pin == 0)
+		kv_remove(&e->kv, x);
+	q->entry = ENG_NONE;
+}
+
 /* --- callbacks ------------------------------------------------------------- */
 
 static void
@@ -633,6 +647,67 @@ heap_pop(eng *e)
 	}
 	if (n > 0)
 		e->heap[i] = last;
+}
+
+static bool
+heap_before(const heap_item *a, const heap_item *b)
+{
+	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+/* Remove h from the decode heap (a cancelled sequence). */
+static void
+heap_remove(eng *e, uint32_t h)
+{
+	uint32_t i, n;
+	heap_item x;
+
+	for (i = 0; i < e->nheap && e->heap[i].h != h; i++)
+		;
+	if (i == e->nheap)
+		return;
+	x = e->heap[--e->nheap];
+	n = e->nheap;
+	if (i == n)
+		return;
+	while (i > 0 && heap_before(&x, &e->heap[(i - 1) / 2])) {
+		e->heap[i] = e->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && heap_before(&e->heap[c + 1], &e->heap[c]))
+			c++;
+		if (!heap_before(&e->heap[c], &x))
+			break;
+		e->heap[i] = e->heap[c];
+		i = c;
+	}
+	e->heap[i] = x;
+}
+
+/* Unlink h from the prefill FIFO; its prefill stops if it was running. */
+static void
+pq_remove(eng *e, uint32_t h)
+{
+	uint32_t p = ENG_NONE, x;
+
+	for (x = e->pq_head; x != ENG_NONE && x != h; x = R(e, x)->next)
+		p = x;
+	if (x == ENG_NONE)
+		return;
+	if (p == ENG_NONE) {
+		e->pq_head = R(e, h)->next;
+		e->pref_busy = false;		/* the head was in prefill */
+	} else
+		R(e, p)->next = R(e, h)->next;
+	if (e->pq_tail == h)
+		e->pq_tail = p;
+	R(e, h)->next = ENG_NONE;
+	e->pref_tokens -= R(e, h)->info.uncached_tokens;
 }
 
 static void
@@ -744,6 +819,23 @@ simple_decode_end(eng *e, double t)
 
 /* --- step model ------------------------------------------------------------ */
 
+/* Cancelled sequences leave run[] (and free their records) at step starts:
+ * the batch in flight cannot be aborted, and callbacks may cancel while
+ * step_end walks run[]. */
+static void
+run_drop_cancelled(eng *e)
+{
+	uint32_t i, w = 0;
+
+	for (i = 0; i < e->nrun; i++) {
+		if (R(e, e->run[i])->cancelled)
+			rec_free(e, e->run[i]);
+		else
+			e->run[w++] = e->run[i];
+	}
+	e->nrun = w;
+}
+
 static void
 step_start(eng *e, double t)
 {
@@ -753,6 +845,7 @@ step_start(eng *e, double t)
 	double dur;
 
 	e->step_pending = false;
+	run_drop_cancelled(e);
 	while (room(e)) {
 		uint32_t h = wq_pop(e);
 
@@ -817,6 +910,10 @@ step_end(eng *e, double t)
 		rec *q = R(e, h);
 		bool first = false, done = false;
 
+		if (q->cancelled) {
+			e->run[w++] = h;	/* dropped at the next start */
+			continue;
+		}
 		if (q->step_decode) {
 			q->info.generated++;
 			e->ctr.generation_tokens++;
@@ -1036,6 +1133,31 @@ eng_submit(eng *e, double now, const eng_req *r, uint32_t *handle)
 	return 0;
 }
 
+/* An admitted request is cancelled: its slot is free at the engine's time. */
+static void
+abort_admitted(eng *e, uint32_t h)
+{
+	rec *q = R(e, h);
+
+	if (!q->first_done)
+		e->npre--;
+	e->nadm--;
+	e->adm_tokens -= q->info.input_tokens;
+	cache_unpin(e, q);
+	if (e->cfg.step_model) {
+		/* run[] drops it at the next step start (one is due: a
+		 * sequence in run[] always has work in the step in flight) */
+		step_kick(e, e->now);
+		return;
+	}
+	if (!q->first_done)
+		pq_remove(e, h);
+	else
+		heap_remove(e, h);
+	rec_free(e, h);
+	simple_admit(e, e->now);
+}
+
 void
 eng_cancel(eng *e, uint32_t h)
 {
@@ -1049,11 +1171,14 @@ eng_cancel(eng *e, uint32_t h)
 	q->cancelled = true;
 	q->info.udata = NULL;
 	q->blocks = NULL;
+	e->ctr.requests_cancelled++;
 	if (q->state == RS_WAIT) {
 		/* Stays linked; wq_pop frees it. */
 		e->nwait--;
 		e->wait_tokens -= q->info.input_tokens;
+		return;
 	}
+	abort_admitted(e, h);
 }
 
 uint64_t
@@ -1119,7 +1244,7 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 		for (i = 0; i < e->nrun; i++) {
 			const rec *q = R(e, e->run[i]);
 
-			if (!q->first_done)
+			if (!q->first_done && !q->cancelled)
 				pending += q->prefill_left;
 		}
 	} else {

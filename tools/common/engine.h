@@ -106,6 +106,7 @@ typedef struct eng_counters {
 	uint64_t	requests_submitted;
 	uint64_t	requests_done;
 	uint64_t	requests_rejected;	/* ENG_EFULL */
+	uint64_t	requests_cancelled;	/* eng_cancel of a live request */
 	uint64_t	prompt_tokens;		/* input tokens of prefilled requests */
 	uint64_t	prefilled_tokens;	/* uncached tokens actually computed */
 	uint64_t	generation_tokens;
@@ -148,9 +149,14 @@ double	eng_next_event(const eng *e);
 void	eng_advance(eng *e, double now);
 
 /*
- * Forget a request: no more callbacks, the handle is invalid at once.  A
- * waiting request leaves the queue; a running one keeps consuming the model
- * until it would have finished (the engine cannot abort a batch).
+ * Forget a request (its client went away): no more callbacks, the handle is
+ * invalid at once.  A waiting request leaves the queue; an admitted one
+ * frees its slot at the engine's time (advance to now first to free it at
+ * now) and unpins its cache entry (what it had prefilled stays cached),
+ * and waiting requests are admitted into the slot.  The simple model stops
+ * the request's prefill or decode at once; the step model cannot abort the
+ * batch in flight, so the slot is reused from the next step.  No callback
+ * runs inside eng_cancel.
  */
 void	eng_cancel(eng *e, uint32_t handle);
 
