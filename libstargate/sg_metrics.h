@@ -9,15 +9,22 @@
  * across worker processes and any process can expose the whole.
  *
  * Hot path: sg_metric_series() for an existing series and the sg_series_*
- * updates are lock-free and never allocate (C11 atomics in the arena).
+ * updates are lock-free and never allocate (C11 atomics in the arena).  A
+ * lookup hashes the label values (some tens of ns); keep the sg_series
+ * pointer of a fixed label set instead of looking it up per request.
  * Creating a series or a family takes the arena's spinlock (rare path).
+ * Series are never removed.
  *
  * Bounds: a family holds at most SG_METRICS_SERIES_DEFAULT series (change
- * with sg_metric_set_max_series); the arena size bounds everything.  Past
- * a bound sg_metric_series() returns NULL and the family's dropped count
- * increments (see sg_metric_dropped; the exposition also shows it as a
- * "# sg_dropped_series <family> <n>" comment, which parsers ignore).  Every
- * sg_series_* function accepts NULL, so callers need not check.
+ * with sg_metric_set_max_series).  The arena bounds everything: its series
+ * index has arena_bytes / 128 slots (rounded down to a power of two),
+ * filled to 3/4 at most, so the default 4 MiB arena holds up to 24576
+ * series in all, fewer when they fill the arena first (a series takes
+ * about 40 bytes, 8 more per histogram bucket, plus its label values).
+ * Past a bound sg_metric_series() returns NULL and the family's dropped
+ * count increments (see sg_metric_dropped; the exposition also shows it as
+ * a "# sg_dropped_series <family> <n>" comment, which parsers ignore).
+ * Every sg_series_* function accepts NULL, so callers need not check.
  *
  * Declaring label combinations at zero: call sg_metric_series() once for
  * each combination right after sg_metrics_family(); a series is exposed
