@@ -7,6 +7,7 @@
 #include "sg_test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -19,8 +20,8 @@
 static volatile int	count_allocs;
 static unsigned long	nallocs;
 
-#if defined(__SANITIZE_ADDRESS__)
-/* The sanitizer owns malloc: count through its allocation hooks. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* A sanitizer owns malloc: count through its allocation hooks. */
 int	__sanitizer_install_malloc_and_free_hooks(
 	    void (*)(const volatile void *, size_t),
 	    void (*)(const volatile void *));
@@ -669,6 +670,53 @@ test_concurrent_processes_give_exact_totals(void **state)
 	sg_metrics_free(m);
 }
 
+struct targ {
+	sg_metric	*c, *g, *h, *n;
+	int		 who;
+};
+
+static void *
+hammer_thread(void *p)
+{
+	struct targ *a = p;
+
+	hammer(a->c, a->g, a->h, a->n, a->who);
+	return NULL;
+}
+
+static void
+test_concurrent_threads_give_exact_totals(void **state)
+{
+	static const char *const l[] = { "k", NULL };
+	static const double b[] = { 0.5, 1.5, 2.5 };
+	sg_metrics *m = registry(8u << 20, false);
+	struct targ a[NPROC];
+	pthread_t tid[NPROC];
+	int i;
+
+	(void)state;
+	a[0].c = family(m, SG_METRIC_COUNTER, "tc_total", "", NULL, NULL, 0);
+	a[0].g = family(m, SG_METRIC_GAUGE, "tg", "", NULL, NULL, 0);
+	a[0].h = family(m, SG_METRIC_HISTOGRAM, "th", "", l, b, 3);
+	a[0].n = family(m, SG_METRIC_COUNTER, "tn_total", "", l, NULL, 0);
+	for (i = 0; i < NPROC; i++) {
+		a[i] = a[0];
+		a[i].who = i;
+		assert_int_equal(pthread_create(&tid[i], NULL, hammer_thread,
+		    &a[i]), 0);
+	}
+	for (i = 0; i < NPROC; i++)
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+	assert_near(sg_series_value(sg_metric_series(a[0].c, NULL)),
+	    NPROC * NITER, 0);
+	assert_near(sg_series_value(sg_metric_series(a[0].g, NULL)),
+	    NPROC * NITER * 0.5, 0);
+	assert_near(sg_series_value(series1(a[0].h, "x")), NPROC * NITER, 0);
+	assert_near(sg_series_value(series1(a[0].n, "common-0")), NPROC, 0);
+	assert_int_equal(sg_metric_dropped(a[0].n), 0);
+	sg_metrics_free(m);
+}
+
 /* --- hot path ----------------------------------------------------------- */
 
 static void
@@ -763,6 +811,7 @@ main(void)
 		cmocka_unit_test(test_series_are_shared_across_fork),
 		cmocka_unit_test(test_private_registry_is_not_shared),
 		cmocka_unit_test(test_concurrent_processes_give_exact_totals),
+		cmocka_unit_test(test_concurrent_threads_give_exact_totals),
 		cmocka_unit_test(test_hot_path_does_not_allocate),
 		cmocka_unit_test(test_sink_error_stops_exposition),
 	};
