@@ -1,0 +1,82 @@
+#!/usr/bin/env bats
+# proxy-basic.bats — the router's plain endpoints (contract): /healthz,
+# /readyz, /v1/models from the cluster file, /debug/state for loopback
+# peers, and routed unary requests on each OpenAI path.
+
+bats_require_minimum_version 1.5.0
+
+load proxy_helpers
+
+setup() {
+	proxy_setup
+	start_engine A -c 4 -t 3 --decode-tps 1000
+	start_engine B -c 4 -t 3 --decode-tps 1000 -m other-model
+	write_clusters "$T/clusters.json" "$(cl_entry A)" \
+	    "$(cl_entry B '{"models": ["other-model", "dummy-model"]}')"
+	start_proxy
+}
+
+teardown() {
+	proxy_teardown
+}
+
+@test "/healthz is 200 ok and /readyz 200 once stats are fresh" {
+	run -0 curl -sS --max-time 5 "$PROXY_URL/healthz"
+	[ "$output" = ok ]
+	run -0 curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "$PROXY_URL/readyz"
+	[ "$output" = 200 ]
+}
+
+@test "/v1/models lists every model of the cluster file once" {
+	run -0 curl -sS --max-time 5 "$PROXY_URL/v1/models"
+	echo "$output"
+	[ "$(jq -r .object <<<"$output")" = list ]
+	[ "$(jq -c '[.data[].id] | sort' <<<"$output")" = '["dummy-model","other-model"]' ]
+	[ "$(jq '[.data[].object == "model"] | all' <<<"$output")" = true ]
+}
+
+@test "/debug/state is JSON naming every cluster" {
+	run -0 curl -sS --max-time 5 "$PROXY_URL/debug/state"
+	echo "$output" | head -c 2000
+	jq -e . <<<"$output" >/dev/null
+	[[ $output == *'"A"'* && $output == *'"B"'* ]]
+}
+
+@test "unary chat and text completions are routed to a cluster serving the model" {
+	req
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	[[ $CLUSTER == [AB] ]]
+	[ "$(jq -r .object <<<"$BODY")" = chat.completion ]
+	[ "$(jq .usage.completion_tokens <<<"$BODY")" = 3 ]
+	REQ_PATH=/v1/completions REQ_BODY='{"model":"dummy-model","prompt":"hi"}' req
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	[ "$(jq -r .object <<<"$BODY")" = text_completion ]
+	# only B serves other-model
+	local i
+	for i in 1 2 3; do
+		REQ_BODY='{"model":"other-model","messages":[{"role":"user","content":"x"}]}' \
+		    req -H 'x-model: other-model'
+		[ "$STATUS" = 200 ] || { show; return 1; }
+		[ "$CLUSTER" = B ]
+	done
+}
+
+@test "an engine's own error passes through with its status and body" {
+	# the body names a model the engine does not serve: its 404
+	REQ_BODY='{"model":"nope","messages":[{"role":"user","content":"x"}]}' req
+	[ "$STATUS" = 404 ] || { show; return 1; }
+	[ "$(jq -r .error.code <<<"$BODY")" = model_not_found ]
+	[[ $CLUSTER == [AB] ]]
+}
+
+@test "keep-alive: several requests on one client connection" {
+	run -0 curl -sS --max-time 10 -o /dev/null -o /dev/null -o /dev/null \
+	    -w '%{http_code} %{num_connects}\n' \
+	    -H 'content-type: application/json' -H 'x-request-id: ka' \
+	    -H 'x-model: dummy-model' -H 'x-input-tokens: 5' --data-binary "$CHAT" \
+	    "$PROXY_URL/v1/chat/completions" "$PROXY_URL/v1/chat/completions" \
+	    "$PROXY_URL/v1/chat/completions"
+	echo "$output"
+	[ "$(grep -c '^200 ' <<<"$output")" = 3 ]
+	[ "$(awk '{ s += $2 } END { print s }' <<<"$output")" = 1 ]
+}
