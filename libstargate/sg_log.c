@@ -2,11 +2,14 @@
  * sg_log.c — logfmt records with redaction of secret fields (see sg_log.h).
  *
  * A record is assembled in the caller's sg_log_rec: "ts=... level=...",
- * then " key=value" per field.  Every append first checks that it leaves
- * room for a truncation marker, so a record that runs out of space can
- * always end in "..." (or `..."` inside a quoted value) plus the newline:
- * the line stays well-formed logfmt and valid UTF-8 (values are cut only
- * between characters).  After a truncation later fields are dropped.
+ * then " key=value" per field.  Invariant: between appends, RESERVE bytes
+ * stay free below LIMIT, enough for any truncation marker (" ...", "...",
+ * `..."`) plus a quoted value's closing quote.  Every append checks that
+ * the invariant holds after it (counting the closing quote still owed), so
+ * a record that runs out of space can always end in a marker plus the
+ * newline: the line stays well-formed logfmt and valid UTF-8 (values are
+ * cut only between characters).  After a truncation later fields are
+ * dropped.
  *
  * SHA-256 comes from libsodium; crypto_hash_sha256 needs no sodium_init()
  * (no random numbers are involved), as in sg_identity.c.
@@ -25,6 +28,7 @@
 #include "sg_metrics.h"
 
 #define LIMIT		(SG_LOG_LINE_MAX - 1)	/* bytes before the '\n' */
+#define RESERVE		5	/* a marker (<= 4) + a closing quote */
 #define KEY_TAIL	64	/* bytes of a key the secret check reads */
 #define HASH_HEX	16
 #define MAX_UNIX_S	253402300799.0	/* 9999-12-31T23:59:59Z */
@@ -150,11 +154,11 @@ sg_log_key_is_secret(const char *key)
 
 /* --- record buffer ------------------------------------------------------ */
 
-/* True if n more bytes fit and still leave `reserve` for a marker. */
+/* True if n more bytes fit and still leave RESERVE free. */
 static bool
-room(const sg_log_rec *r, size_t n, size_t reserve)
+room(const sg_log_rec *r, size_t n)
 {
-	return r->len + n + reserve <= LIMIT;
+	return r->len + n + RESERVE <= LIMIT;
 }
 
 static void
@@ -187,7 +191,7 @@ put_key(sg_log_rec *r, const char *key)
 	if (key == NULL || key[0] == '\0')
 		key = "_";
 	n = strlen(key);
-	if (!room(r, n + 2, 4)) {
+	if (!room(r, n + 3)) {		/* " key=" and maybe a '"' */
 		cut(r, " ...");
 		return false;
 	}
@@ -265,8 +269,7 @@ static void
 put_value(sg_log_rec *r, const char *s, size_t n)
 {
 	bool q = needs_quotes(s, n);
-	const char *marker = q ? "...\"" : "...";
-	size_t reserve = strlen(marker), i = 0, used, k;
+	size_t i = 0, used, k;
 	char enc[8];
 
 	if (q)
@@ -275,8 +278,8 @@ put_value(sg_log_rec *r, const char *s, size_t n)
 		k = escape_char(s + i, n - i, enc, &used);
 		if (!q)		/* bare values are valid UTF-8 already */
 			k = used;
-		if (!room(r, k, reserve)) {
-			cut(r, marker);
+		if (!room(r, k + q)) {	/* q: the closing quote */
+			cut(r, q ? "...\"" : "...");
 			return;
 		}
 		put(r, q ? enc : s + i, k);
