@@ -21,7 +21,9 @@
  *    router): its replay is exact only for the complete, ordered stream of
  *    one worker (filter on context.pid; context.seq numbers every decision
  *    of the worker, logged or not, so a gap shows a sampled-out or dropped
- *    record).  A sample below 1 makes round-robin replays approximate.
+ *    record).  A sample below 1 makes round-robin replays approximate:
+ *    once a round-robin selection went unlogged (sampled out, dropped),
+ *    every later round-robin record says "replay_exact": false.
  *  - the session classification (ref §5.2) is made by a request's first
  *    decision and kept for its later ones; a fresh replay classifies every
  *    record again.  When the hint's presence in the view changed between
