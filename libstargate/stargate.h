@@ -12,5 +12,10 @@
 #include "sg_decision.h"
 #include "sg_lbconf.h"
 #include "sg_router.h"
+#include "sg_metrics.h"
+#include "sg_log.h"
+#include "sg_fleet.h"
+#include "sg_clusterfile.h"
+#include "sg_vllm.h"
 
 #endif /* STARGATE_H */

@@ -16,8 +16,9 @@
  * into an sg_cluster (clusters are sampled at staggered phases) and, after
  * stats_staleness_ms, published.  Between publications the router's
  * snapshot is the last published sample plus every reservation made since
- * it was published (sg_snapshot_reserve), which is what sg-proxy does; a
- * publication clears the reservations (ref §2.3), stale or not.
+ * it was published: the sim keeps both in an sg_fleet, the module sg-proxy
+ * uses, and decides on its view; a publication clears the reservations
+ * (ref §2.3), stale or not.
  *
  * A request: at its turn start it is decided at elapsed 0; "wait" rechecks
  * at min(recheck_at, now + recheck_cap_ms) (the proxy polls the same way,
@@ -48,21 +49,15 @@ typedef struct ev {
 	uint32_t	a;
 } ev;
 
-typedef struct resv {
-	uint64_t	tokens;
-	uint32_t	prio;
-} resv;
-
 typedef struct sample {
 	sg_cluster	c;
+	double		t;		/* when it was taken */
 } sample;
 
 typedef struct cstate {
 	eng		*e;
 	double		 next;		/* cached eng_next_event */
 	sg_cluster	 vis;		/* last published sample */
-	resv		*rv;		/* reservations, FIFO */
-	size_t		 rv_head, rv_n, rv_cap;
 	sample		*pend;		/* taken, not yet published, FIFO */
 	size_t		 pend_head, pend_n, pend_cap;
 } cstate;
@@ -97,7 +92,9 @@ typedef struct sim {
 	const scenario	*sc;
 	const sim_row	*row;
 	sg_router	*rt;
-	sg_snapshot	*snap;
+	sg_fleet	*fleet;		/* published stats + reservations */
+	sg_snapshot	*snap;		/* the fleet's view, per decision */
+	size_t		*all;		/* 0..nc-1: every cluster a candidate */
 	cstate		*cs;
 	size_t		 nc;
 	double		 now;
@@ -323,44 +320,28 @@ grow(void **p, size_t *cap, size_t elem, size_t want)
 }
 
 static void
-reserve(sim *s, size_t i, uint64_t tokens, uint32_t prio)
+reserve(sim *s, size_t i, uint64_t tokens, uint32_t prio, double t)
 {
-	cstate *c = &s->cs[i];
-	resv *r;
-
-	if (c->rv_head > 0 && c->rv_head == c->rv_n) {
-		c->rv_head = c->rv_n = 0;
-	} else if (c->rv_n == c->rv_cap && c->rv_head > c->rv_cap / 2) {
-		memmove(c->rv, c->rv + c->rv_head, (c->rv_n - c->rv_head) *
-		    sizeof(*c->rv));
-		c->rv_n -= c->rv_head;
-		c->rv_head = 0;
-	}
-	if (grow((void **)&c->rv, &c->rv_cap, sizeof(*c->rv),
-	    c->rv_n + 1) != 0) {
+	if (sg_fleet_reserve(s->fleet, i, tokens, prio, t) == 0)
 		s->fail = SG_ENOMEM;
-		return;
-	}
-	r = &c->rv[c->rv_n++];
-	r->tokens = tokens;
-	r->prio = prio;
-	sg_snapshot_reserve(s->snap, i, tokens, prio);
 }
 
-/* Make sample the visible stats of cluster i. */
+/* Make sample the visible stats of cluster i, at time t. */
 static void
-publish(sim *s, size_t i, const sample *smp)
+publish(sim *s, size_t i, const sample *smp, double t)
 {
 	cstate *c = &s->cs[i];
 
 	/* Ref §2.3: a publication clears the cluster's reservations, which
 	 * are assumed reflected, even when the sample is stale and was
-	 * taken before them.  (Reservations made at the same instant as the
-	 * sample but after it would survive; none can be made after a
-	 * publication and before it is applied.) */
+	 * taken before them: so the fleet is told the sample covers every
+	 * reservation made up to the publication (t).  (Reservations made
+	 * at the same instant as the publication but after it would
+	 * survive; none can be made after a publication and before it is
+	 * applied.) */
 	c->vis = smp->c;
-	c->rv_head = c->rv_n = 0;
-	*sg_snapshot_at(s->snap, i) = c->vis;
+	if (sg_fleet_publish(s->fleet, i, &c->vis, t) != 0)
+		s->fail = SG_EINVAL;
 }
 
 static void
@@ -372,9 +353,10 @@ take_sample(sim *s, size_t i, double t)
 	eng_advance(c->e, t);
 	c->next = eng_next_event(c->e);
 	smp.c = c->vis;
+	smp.t = t;
 	eng_cluster(c->e, t, &smp.c);
 	if (s->sc->stats_staleness_ms <= 0) {
-		publish(s, i, &smp);
+		publish(s, i, &smp, t);
 		return;
 	}
 	if (c->pend_head > 0 && c->pend_head == c->pend_n)
@@ -448,6 +430,12 @@ route(sim *s, uint32_t ri, double t)
 		r->q.has_max_wait = sc->has_max_wait;
 		r->q.max_wait_ms = sc->max_wait_ms;
 		s->res->decisions++;
+		if ((rc = sg_fleet_view(s->fleet, s->all, s->nc, t, s->snap,
+		    NULL, &e)) != 0) {
+			s->fail = rc;
+			sg_seterr(s->err, rc, "row %s: %s", s->row->name, e.text);
+			return;
+		}
 		rc = sg_router_decide(s->rt, s->snap, &r->q, t - r->arrive, &d,
 		    &e);
 		r->q.excluded = NULL;
@@ -477,7 +465,7 @@ route(sim *s, uint32_t ri, double t)
 			};
 			uint32_t h;
 
-			reserve(s, i, r->input, sc->sessions.priority);
+			reserve(s, i, r->input, sc->sessions.priority, t);
 			rc = eng_submit(s->cs[i].e, t, &q, &h);
 			s->cs[i].next = eng_next_event(s->cs[i].e);
 			r = &s->rq[ri];
@@ -735,7 +723,6 @@ sim_free(sim *s)
 	if (s->cs != NULL)
 		for (i = 0; i < s->nc; i++) {
 			eng_free(s->cs[i].e);
-			free(s->cs[i].rv);
 			free(s->cs[i].pend);
 		}
 	free(s->cs);
@@ -745,6 +732,8 @@ sim_free(sim *s)
 	free(s->ttft);
 	sg_router_free(s->rt);
 	sg_snapshot_free(s->snap);
+	sg_fleet_free(s->fleet);
+	free(s->all);
 }
 
 static int
@@ -758,8 +747,13 @@ setup(sim *s)
 	s->ss_free = s->rq_free = NONE;
 	s->nc = sc->nclusters;
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
+	    (s->all = calloc(s->nc, sizeof(*s->all))) == NULL ||
 	    (s->snap = sg_snapshot_new()) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+	/* The simulated router never ages stats out: staleness is modelled
+	 * by the publication delay, and every cluster is a candidate. */
+	if ((rc = sg_fleet_new(&s->fleet, UINT64_MAX, &e)) != 0)
+		return sg_seterr(s->err, rc, "%s", e.text);
 	if ((rc = sg_router_new(&s->rt, s->row->conf, sc->seed, &e)) != 0)
 		return sg_seterr(s->err, SG_EINVAL, "row %s: %s", s->row->name,
 		    e.text);
@@ -773,13 +767,16 @@ setup(sim *s)
 		sg_cluster_init(&c->vis, sc->clusters[i].id,
 		    strlen(sc->clusters[i].id));
 		c->vis.rtt_ms = sc->clusters[i].rtt_ms;
-		if (sg_snapshot_add(s->snap, &c->vis, &e) != 0)
-			return sg_seterr(s->err, SG_EINVAL, "%s", e.text);
+		s->all[i] = i;
+		if ((rc = sg_fleet_add(s->fleet, c->vis.id, c->vis.id_len,
+		    NULL, &e)) != 0)
+			return sg_seterr(s->err, rc, "%s", e.text);
 		/* The router starts with every cluster idle; samples follow
 		 * at staggered phases. */
 		smp.c = c->vis;
+		smp.t = 0;
 		eng_cluster(c->e, 0, &smp.c);
-			publish(s, i, &smp);
+		publish(s, i, &smp, 0);
 		c->next = INFINITY;
 		push(s, sc->stats_interval_ms * (double)(i + 1) /
 		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
@@ -856,7 +853,7 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 		case EV_VISIBLE: {
 			cstate *c = &s.cs[x.a];
 
-			publish(&s, x.a, &c->pend[c->pend_head++]);
+			publish(&s, x.a, &c->pend[c->pend_head++], x.t);
 			break;
 		}
 		case EV_BG:

@@ -1,0 +1,369 @@
+/*
+ * sg_fleet.c — fleet state (ref §2.3): published stats, the reservation
+ * ledger and staleness of every cluster a router routes to.
+ *
+ * Each cluster keeps its published stats (pub), the sample time they were
+ * requested at, and a ledger of active reservations in the order they were
+ * made (handle, tokens, priority, time).  The fleet also keeps one internal
+ * snapshot, eff, holding every cluster in fleet order as pub with the
+ * ledger applied: a reservation is applied to eff at once
+ * (sg_snapshot_reserve), and a publication or a release rebuilds that one
+ * cluster from pub and the remaining ledger.  So sg_fleet_view() is a copy
+ * of the fresh candidates, O(n) per decision however many reservations are
+ * active, and gives the same figures as applying the ledger on every read.
+ *
+ * A publication clears the reservations made at or before its sample time
+ * (the stats request was sent after them, so the engine's figures include
+ * them); reservations made while the request was in flight stay.  Handles
+ * come from one counter per fleet and are never reused, so releasing a
+ * handle a publication already cleared finds nothing and does nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_fleet.h"
+#include "sg_internal.h"
+
+typedef struct resv {
+	uint64_t	h;
+	uint64_t	tokens;
+	uint32_t	prio;
+	double		t;
+} resv;
+
+typedef struct fcl {
+	sg_cluster	pub;		/* published stats, fleet id */
+	bool		have;		/* pub is valid */
+	double		pub_ms;		/* sample time of pub */
+	resv		*rv;		/* active reservations, oldest first */
+	size_t		nrv, cap;
+} fcl;
+
+struct sg_fleet {
+	fcl		*c;
+	size_t		n, cap;
+	sg_snapshot	*eff;		/* pub + ledger, fleet order */
+	double		*pubt;		/* sample time of pub; NaN: none */
+	uint64_t	stale_ms;
+	uint64_t	next_h;
+};
+
+/*
+ * Published and at most stale_ms old: the hot-path form of sg_fleet_fresh,
+ * reading the compact pubt array only (NaN compares false).
+ */
+static inline bool
+fresh(const sg_fleet *f, size_t i, double now_ms)
+{
+	double t = f->pubt[i];
+
+	if (f->stale_ms == UINT64_MAX)
+		return !isnan(t);
+	return now_ms - t <= (double)f->stale_ms;
+}
+
+static inline bool
+ids_equal(const sg_cluster *a, const sg_cluster *b)
+{
+	size_t i;
+
+	if (a->id_len != b->id_len)
+		return false;
+	if (a->id_len > 16)
+		return memcmp(a->id, b->id, a->id_len) == 0;
+	for (i = 0; i < a->id_len; i++)
+		if (a->id[i] != b->id[i])
+			return false;
+	return true;
+}
+
+int
+sg_fleet_new(sg_fleet **out, uint64_t stale_ms, sg_error *err)
+{
+	sg_fleet *f;
+
+	*out = NULL;
+	if ((f = calloc(1, sizeof(*f))) == NULL ||
+	    (f->eff = sg_snapshot_new()) == NULL) {
+		free(f);
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	}
+	f->stale_ms = stale_ms;
+	f->next_h = 1;
+	*out = f;
+	return 0;
+}
+
+void
+sg_fleet_free(sg_fleet *f)
+{
+	size_t i;
+
+	if (f == NULL)
+		return;
+	for (i = 0; i < f->n; i++)
+		free(f->c[i].rv);
+	free(f->c);
+	free(f->pubt);
+	sg_snapshot_free(f->eff);
+	free(f);
+}
+
+int
+sg_fleet_add(sg_fleet *f, const char *id, size_t len, size_t *idx,
+    sg_error *err)
+{
+	sg_cluster c;
+	int rc;
+
+	if (sg_cluster_init(&c, id, len) != 0)
+		return sg_seterr(err, SG_EINVAL, "cluster id: must be 1..%d "
+		    "bytes", SG_ID_MAX);
+	if (f->n == f->cap) {
+		size_t ncap = f->cap ? 2 * f->cap : 8;
+		fcl *p;
+
+		double *t;
+
+		if ((p = realloc(f->c, ncap * sizeof(*p))) == NULL)
+			return sg_seterr(err, SG_ENOMEM, "out of memory");
+		f->c = p;
+		if ((t = realloc(f->pubt, ncap * sizeof(*t))) == NULL)
+			return sg_seterr(err, SG_ENOMEM, "out of memory");
+		f->pubt = t;
+		f->cap = ncap;
+	}
+	if ((rc = sg_snapshot_add(f->eff, &c, err)) != 0)
+		return rc;
+	memset(&f->c[f->n], 0, sizeof(f->c[f->n]));
+	f->c[f->n].pub = c;
+	f->pubt[f->n] = NAN;
+	if (idx != NULL)
+		*idx = f->n;
+	f->n++;
+	return 0;
+}
+
+size_t
+sg_fleet_count(const sg_fleet *f)
+{
+	return f->n;
+}
+
+long
+sg_fleet_find(const sg_fleet *f, const char *id, size_t len)
+{
+	return sg_snapshot_find(f->eff, id, len);
+}
+
+const char *
+sg_fleet_id(const sg_fleet *f, size_t i)
+{
+	return i < f->n ? f->c[i].pub.id : NULL;
+}
+
+void
+sg_fleet_set_stale_ms(sg_fleet *f, uint64_t stale_ms)
+{
+	f->stale_ms = stale_ms;
+}
+
+/*
+ * Copy the load figures of src into dst, which has the same id: the
+ * scalars and the used part of the priority map only (a whole sg_cluster
+ * is mostly id buffer and unused map room, and views are taken per
+ * decision).
+ */
+static void
+copy_load(sg_cluster *dst, const sg_cluster *src)
+{
+	memcpy(&dst->rtt_ms, &src->rtt_ms, offsetof(sg_cluster, prio_key) -
+	    offsetof(sg_cluster, rtt_ms));
+	if (src->nprio == 0)
+		return;
+	memcpy(dst->prio_key, src->prio_key, src->nprio *
+	    sizeof(src->prio_key[0]));
+	memcpy(dst->prio_ms, src->prio_ms, src->nprio *
+	    sizeof(src->prio_ms[0]));
+}
+
+/* eff[i] = pub[i] + every active reservation of i, in order. */
+static void
+rebuild(sg_fleet *f, size_t i)
+{
+	const fcl *c = &f->c[i];
+	size_t k;
+
+	*sg_snapshot_at(f->eff, i) = c->pub;
+	for (k = 0; k < c->nrv; k++)
+		sg_snapshot_reserve(f->eff, i, c->rv[k].tokens, c->rv[k].prio);
+}
+
+int
+sg_fleet_publish(sg_fleet *f, size_t i, const sg_cluster *stats,
+    double sample_ms)
+{
+	fcl *c;
+	size_t k, m;
+
+	if (i >= f->n || stats == NULL || stats->nprio > SG_PRIO_MAX)
+		return SG_EINVAL;
+	c = &f->c[i];
+	if (c->have && sample_ms < c->pub_ms)
+		return 0;
+	for (k = m = 0; k < c->nrv; k++)
+		if (!(c->rv[k].t <= sample_ms))
+			c->rv[m++] = c->rv[k];
+	c->nrv = m;
+	copy_load(&c->pub, stats);
+	c->have = true;
+	c->pub_ms = sample_ms;
+	f->pubt[i] = sample_ms;
+	rebuild(f, i);
+	return 0;
+}
+
+double
+sg_fleet_age_ms(const sg_fleet *f, size_t i, double now_ms)
+{
+	if (i >= f->n || !f->c[i].have)
+		return INFINITY;
+	return now_ms - f->c[i].pub_ms;
+}
+
+bool
+sg_fleet_fresh(const sg_fleet *f, size_t i, double now_ms)
+{
+	return i < f->n && fresh(f, i, now_ms);
+}
+
+const sg_cluster *
+sg_fleet_stats(const sg_fleet *f, size_t i)
+{
+	return i < f->n && f->c[i].have ? &f->c[i].pub : NULL;
+}
+
+uint64_t
+sg_fleet_reserve(sg_fleet *f, size_t i, uint64_t tokens, uint32_t priority,
+    double now_ms)
+{
+	fcl *c;
+	resv *r;
+
+	if (i >= f->n)
+		return 0;
+	c = &f->c[i];
+	if (c->nrv == c->cap) {
+		size_t ncap = c->cap ? 2 * c->cap : 16;
+		resv *p;
+
+		if (c->cap >= SG_FLEET_MAX_RESV)
+			return 0;
+		if (ncap > SG_FLEET_MAX_RESV)
+			ncap = SG_FLEET_MAX_RESV;
+		if ((p = realloc(c->rv, ncap * sizeof(*p))) == NULL)
+			return 0;
+		c->rv = p;
+		c->cap = ncap;
+	}
+	r = &c->rv[c->nrv++];
+	r->h = f->next_h++;
+	r->tokens = tokens;
+	r->prio = priority;
+	r->t = now_ms;
+	sg_snapshot_reserve(f->eff, i, tokens, priority);
+	return r->h;
+}
+
+void
+sg_fleet_release(sg_fleet *f, size_t i, uint64_t handle)
+{
+	fcl *c;
+	size_t k;
+
+	if (i >= f->n || handle == 0)
+		return;
+	c = &f->c[i];
+	/* Handles ascend along the ledger: search from the newest. */
+	for (k = c->nrv; k-- > 0;) {
+		if (c->rv[k].h == handle) {
+			memmove(&c->rv[k], &c->rv[k + 1], (c->nrv - k - 1) *
+			    sizeof(*c->rv));
+			c->nrv--;
+			rebuild(f, i);
+			return;
+		}
+		if (c->rv[k].h < handle)
+			return;
+	}
+}
+
+size_t
+sg_fleet_reservations(const sg_fleet *f, size_t i)
+{
+	return i < f->n ? f->c[i].nrv : 0;
+}
+
+/*
+ * Steady state: out holds exactly the fresh clusters of idx, in order;
+ * refresh their load figures in place (ids, and so the ids version, stay).
+ * False as soon as the list differs (out is then rebuilt).
+ */
+static bool
+view_in_place(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
+    sg_snapshot *out, size_t *view_idx)
+{
+	const sg_cluster *eff = f->eff->c;
+	size_t k, m = 0;
+
+	for (k = 0; k < n; k++) {
+		const sg_cluster *src = &eff[idx[k]];
+		sg_cluster *dst;
+
+		if (!fresh(f, idx[k], now_ms))
+			continue;
+		if (m >= out->n)
+			return false;
+		dst = &out->c[m];
+		if (!ids_equal(dst, src))
+			return false;
+		copy_load(dst, src);
+		if (view_idx != NULL)
+			view_idx[m] = idx[k];
+		m++;
+	}
+	return m == out->n;
+}
+
+int
+sg_fleet_view(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
+    sg_snapshot *out, size_t *view_idx, sg_error *err)
+{
+	size_t k, m = 0;
+	int rc;
+
+	for (k = 0; k < n; k++)
+		if (idx[k] >= f->n)
+			return sg_seterr(err, SG_EINVAL, "fleet view: index %zu "
+			    "out of range", idx[k]);
+	if (view_in_place(f, idx, n, now_ms, out, view_idx))
+		return 0;
+	sg_snapshot_clear(out);
+	for (k = 0; k < n; k++) {
+		const sg_cluster *c = &f->eff->c[idx[k]];
+
+		if (!fresh(f, idx[k], now_ms))
+			continue;
+		if ((rc = sg_snapshot_add(out, c, err)) != 0) {
+			if (rc == SG_EINVAL)
+				sg_seterr(err, rc, "fleet view: cluster %s "
+				    "listed twice", c->id);
+			return rc;
+		}
+		if (view_idx != NULL)
+			view_idx[m] = idx[k];
+		m++;
+	}
+	return 0;
+}
