@@ -436,3 +436,50 @@ prom_check() {
 	[ "$st" -eq 0 ]
 	[ ! -s "$T/me.err" ]
 }
+
+# wait_stats_1s JQ-PREDICATE: the predicate holds within about 1 s.
+wait_stats_1s() {
+	local i
+	for i in $(seq 1 20); do
+		stats | jq -e "$1" >/dev/null && return 0
+		sleep 0.05
+	done
+	echo "not within 1 s: $1: $(stats)"
+	return 1
+}
+
+@test "a streamed client that disconnects frees its slot" {
+	start -c 2 -t 1000 --decode-tps 20
+	run -28 curl -sS --max-time 1 -N --data-binary "$(jq -c '.stream = true' <<<"$CHAT")" \
+	    "$URL/v1/chat/completions"
+	wait_stats_1s '.running == 0 and .queued == 0'
+}
+
+@test "a unary client that disconnects frees its slot" {
+	start -c 2 -t 1000 --decode-tps 20
+	run -28 curl -sS --max-time 1 --data-binary "$CHAT" "$URL/v1/chat/completions"
+	wait_stats_1s '.running == 0 and .queued == 0'
+	# the slot serves the next request
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens: 1'
+	[ "$(j '.usage.completion_tokens')" = 1 ]
+}
+
+@test "a queued client that disconnects leaves the queue" {
+	start -c 1
+	post /control/hold '{"slots": 1}'
+	run -28 curl -sS --max-time 1 --data-binary "$CHAT" "$URL/v1/chat/completions"
+	wait_stats_1s '.running == 1 and .queued == 0 and .queued_input_tokens == 0'
+	post /control/release '{}'
+	wait_stats_1s '.running == 0'
+}
+
+@test "a client that disconnects during the jitter delay is forgotten" {
+	start -c 1 --jitter-ms 5000 --seed 3
+	run -28 curl -sS --max-time 0.5 --data-binary "$CHAT" "$URL/v1/chat/completions"
+	sleep 0.1
+	kill -TERM "$MPID"
+	local st=0
+	wait "$MPID" || st=$?
+	[ "$st" -eq 0 ]
+	[ ! -s "$T/me.err" ]
+}

@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -57,6 +58,9 @@ typedef struct mock {
 	uint64_t		 counter;
 	long			 started;	/* wall clock, for "created" */
 	double			 tick_ms;
+	bool			 stopping;	/* shutdown: no engine advances */
+	json_t			*seen;		/* header name -> count */
+	uint64_t		 seen_requests;	/* API requests counted */
 } mock;
 
 struct mreq {
@@ -80,6 +84,7 @@ struct mreq {
 	eng_info		 info;		/* copy at first token / done */
 	struct event		*tick;
 	struct event		*delay;
+	struct event		*watch;		/* client socket: EOF = gone */
 	char			 id[48];
 	mreq			*prev, *next;
 };
@@ -233,6 +238,8 @@ mreq_free(mreq *r)
 		event_free(r->tick);
 	if (r->delay != NULL)
 		event_free(r->delay);
+	if (r->watch != NULL)
+		event_free(r->watch);
 	free(r->blocks);
 	if (r->prev != NULL)
 		r->prev->next = r->next;
@@ -247,20 +254,82 @@ static void
 on_close(struct evhttp_connection *conn, void *arg)
 {
 	mreq *r = arg;
+	mock *m = r->m;
 
 	(void)conn;
 	/*
 	 * A client that went away while we still owed it an answer leaves
 	 * the request detached from its connection (libevent hands it to
 	 * us so that a reply in progress is not freed under our feet): it
-	 * is ours to free.  At shutdown the request is still attached and
-	 * libevent frees it after this callback.
+	 * is ours to free.  When we close the connection ourselves (on_peer)
+	 * or at shutdown the request is still attached and libevent frees it
+	 * after this callback.
 	 */
 	if (r->req != NULL && evhttp_request_get_connection(r->req) == NULL)
 		evhttp_request_free(r->req);
 	r->req = NULL;
 	r->conn = NULL;		/* the connection is going away */
+	/*
+	 * The engine forgets the request now: first catch up to now (what
+	 * finished before the client left did finish; on_engine ignores
+	 * this request, which has no client), then free its slot or take
+	 * it out of the queue.
+	 */
+	if (r->handle != ENG_NONE && !m->stopping) {
+		eng_advance(m->e, now_ms(m));
+		if (r->handle != ENG_NONE)
+			eng_cancel(m->e, r->handle);
+		r->handle = ENG_NONE;
+		mreq_free(r);
+		arm(m);
+		return;
+	}
 	mreq_free(r);
+}
+
+/*
+ * The client's socket became readable while its request is served: libevent
+ * does not read then, so this is how a client that went away (EOF or reset)
+ * is noticed before a reply is written.  Bytes of a pipelined request stop
+ * the watch (libevent reads them after the reply).
+ */
+static void
+on_peer(evutil_socket_t fd, short what, void *arg)
+{
+	mreq *r = arg;
+	ssize_t n;
+	char c;
+
+	(void)what;
+	n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) {
+		event_del(r->watch);
+		return;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR))
+		return;
+	if (r->conn != NULL)
+		evhttp_connection_free(r->conn);	/* on_close frees r */
+}
+
+/* Watch the client socket of r (best effort: without it, a client that
+ * leaves is noticed when a write fails). */
+static void
+watch_peer(mreq *r)
+{
+	struct bufferevent *bev;
+	evutil_socket_t fd;
+
+	if (r->conn == NULL ||
+	    (bev = evhttp_connection_get_bufferevent(r->conn)) == NULL ||
+	    (fd = bufferevent_getfd(bev)) < 0)
+		return;
+	r->watch = event_new(r->m->base, fd, EV_READ | EV_PERSIST, on_peer, r);
+	if (r->watch != NULL && event_add(r->watch, NULL) != 0) {
+		event_free(r->watch);
+		r->watch = NULL;
+	}
 }
 
 static json_t *
@@ -439,7 +508,13 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 
 	(void)ctx;
 	(void)handle;
-	if (r == NULL || r->req == NULL)
+	if (r == NULL)
+		return;
+	if (event == ENG_DONE && r->req == NULL) {
+		r->handle = ENG_NONE;	/* the client left: on_close frees r */
+		return;
+	}
+	if (r->req == NULL)
 		return;
 	r->info = *info;
 	if (event == ENG_FIRST_TOKEN) {
@@ -803,6 +878,7 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 	r->conn = evhttp_request_get_connection(req);
 	if (r->conn != NULL)
 		evhttp_connection_set_closecb(r->conn, on_close, r);
+	watch_peer(r);
 	r->next = m->live;
 	if (m->live != NULL)
 		m->live->prev = r;
@@ -1154,6 +1230,7 @@ mock_serve(const mock_opts *o)
 	rc = EX_OK;
 out:
 	/* Connections first: their close callbacks free live contexts. */
+	m.stopping = true;
 	if (m.http != NULL)
 		evhttp_free(m.http);
 	while (m.live != NULL) {
