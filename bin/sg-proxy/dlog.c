@@ -222,6 +222,10 @@ request_json(const sg_request *req, double elapsed_ms, bool *exact)
 			goto fail;
 		*exact = false;
 	}
+	if (req->input_tokens > (uint64_t)INT64_MAX ||
+	    (req->has_slo && req->request_slo_ms > (uint64_t)INT64_MAX) ||
+	    (req->has_max_wait && req->max_wait_ms > (uint64_t)INT64_MAX))
+		*exact = false;		/* written clamped */
 	return o;
 fail:
 	json_decref(o);

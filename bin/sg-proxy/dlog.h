@@ -7,16 +7,19 @@
  *    "request":  <sg_request_to_json, elapsed_ms = the decision's elapsed>,
  *    "decision": <what `sg-route` prints for it: sg_decision_to_json plus
  *                 elapsed_ms>,
- *    "context":  {"ts": unix seconds, "pid", "worker", "seq", "attempt",
- *                 "seed": "<router seed, decimal>", "sample",
- *                 "session_state" (when the request was classified),
+ *    "context":  {"time_unix_ms", "pid", "worker", "seq" (this worker's
+ *                 decision count, logged or not), "attempt",
+ *                 "seed": "<router seed, decimal>",
+ *                 "session_state" (when the decision classified),
  *                 "replay_exact": false (only when known not to be)}}
  *
  * Replay: the snapshot and request members are exactly what
  * `sg-route --ndjson` reads, so
  *   jq -c '{snapshot, request}' FILE | sg-route --ndjson -c LB --seed SEED
  * prints the logged decisions again, in order, with the same lb-config and
- * the proxy's --seed.  Exactness conditions:
+ * the proxy's --seed (jq 1.6 rounds integers above 2^53; a filter that
+ * keeps numbers exact, or an sg-route that ignores the decision and
+ * context members, reads the file as is).  Exactness conditions:
  *  - round-robin is stateful (one counter per definition in each worker's
  *    router): its replay is exact only for the complete, ordered stream of
  *    one worker (filter on context.pid; context.seq numbers every decision
@@ -35,6 +38,8 @@
  *    the hashed form is hashed before writing and the record is marked
  *    "replay_exact": false.  The hint (last_cluster_id) is a cluster id,
  *    not a secret, and is written as is.
+ *  - request integers above INT64_MAX are written clamped (JSON integers
+ *    are signed 64-bit here): such a record says "replay_exact": false.
  *
  * Sampling is deterministic per request id (XXH3 of the id against the
  * rate), so every decision of a request is kept or none.  Writes are
