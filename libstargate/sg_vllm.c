@@ -310,8 +310,8 @@ parse_line(pstate *ps, const char *p, const char *e)
 	if (ln.fam == F_NONE)
 		return 0;
 	ln.model_ok = true;
-	if (p < e && *p == '{') {
-		p++;
+	if (skip_sp(p, e) < e && *skip_sp(p, e) == '{') {
+		p = skip_sp(p, e) + 1;
 		if ((rc = parse_labels(ps, &p, e, &ln)) != 0)
 			return rc;
 	}
