@@ -483,3 +483,15 @@ wait_stats_1s() {
 	[ "$st" -eq 0 ]
 	[ ! -s "$T/me.err" ]
 }
+
+@test "sequential requests on one kept-alive connection are all answered" {
+	start --prefill-tps 1e9 -t 2
+	local urls=() i
+	for i in $(seq 1 50); do
+		urls+=("$URL/v1/chat/completions")
+	done
+	run -0 curl -sS --max-time 20 -H 'Content-Type: application/json' \
+	    --data-binary "$CHAT" "${urls[@]}"
+	[ "$(jq -s 'map(select(.object == "chat.completion")) | length' <<<"$output")" = 50 ]
+	wait_stats_1s '.running == 0 and .queued == 0'
+}

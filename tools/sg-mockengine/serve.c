@@ -3,6 +3,9 @@
  * engine model (tools/common/engine.c) running in real time.
  *
  * Time: the engine's clock is milliseconds of CLOCK_MONOTONIC since start.
+ * The event base uses precise timers (not libevent's coarse clock, whose
+ * ticks every engine event would otherwise wait for), and an event already
+ * due runs in the same loop iteration.
  * One libevent timer is kept armed at the engine's next internal event; it
  * advances the engine, which calls back on a request's first token and on
  * its last.  A streamed response sends one SSE chunk per token: a per-request
@@ -12,9 +15,11 @@
  *
  * A request's life: parse and validate (400/404 on error), optional seeded
  * jitter delay, eng_submit (503 retryable when the queue is full), first
- * token, done, free.  If the client goes away first, the connection's close
- * callback cancels the engine request and frees the context; the evhttp
- * request is never touched again.
+ * token, done, free.  While a request is served its client socket is
+ * watched (libevent does not read it then): EOF or a reset closes the
+ * connection.  If the client goes away first, the connection's close
+ * callback cancels the engine request (its slot or queue place is freed at
+ * once) and frees the context; the evhttp request is never touched again.
  *
  * Nothing here logs prompt text, cache keys or request bodies.
  */
@@ -193,8 +198,13 @@ arm(mock *m)
 		return;
 	}
 	d = t - now_ms(m);
-	if (d < 0)
-		d = 0;
+	if (!(d > 0)) {
+		/* Due already: run in this loop iteration, not at a timer
+		 * tick. */
+		evtimer_del(m->etimer);
+		event_active(m->etimer, EV_TIMEOUT, 1);
+		return;
+	}
 	tv.tv_sec = (time_t)(d / 1000.0);
 	tv.tv_usec = (suseconds_t)((d - (double)tv.tv_sec * 1000.0) * 1000.0);
 	if (tv.tv_usec >= 1000000) {
@@ -1152,6 +1162,7 @@ mock_serve(const mock_opts *o)
 	mock m;
 	struct evhttp_bound_socket *bound;
 	struct event *sterm = NULL, *sint = NULL;
+	struct event_config *cfg = NULL;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	const char *why = NULL;
@@ -1176,7 +1187,11 @@ mock_serve(const mock_opts *o)
 		    e == EINVAL ? why : "", "");
 		return e == EINVAL ? EX_USAGE : EX_OSERR;
 	}
-	if ((m.base = event_base_new()) == NULL ||
+	/* Precise timers: libevent's default coarse monotonic clock ticks in
+	 * jiffies (4 ms here), which every engine event would wait for. */
+	if ((cfg = event_config_new()) == NULL ||
+	    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
+	    (m.base = event_base_new_with_config(cfg)) == NULL ||
 	    (m.http = evhttp_new(m.base)) == NULL ||
 	    (m.etimer = evtimer_new(m.base, on_etimer, &m)) == NULL ||
 	    (sterm = evsignal_new(m.base, SIGTERM, on_signal, &m)) == NULL ||
@@ -1245,6 +1260,8 @@ out:
 		event_free(m.etimer);
 	if (m.base != NULL)
 		event_base_free(m.base);
+	if (cfg != NULL)
+		event_config_free(cfg);
 	eng_free(m.e);
 	return rc;
 }
