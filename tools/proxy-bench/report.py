@@ -87,6 +87,12 @@ print("Medians over the rounds, (min–max) spread.  CPU is the proxy "
       "process's user+system time (/proc/PID/stat, with children) over the "
       "run divided by its requests; for *direct* it is the backend's.\n")
 
+loads = [float(r["load1"]) for r in res if r.get("load1")]
+if loads:
+    print("Host 1-minute load average during the wrk runs: "
+          f"{spread(loads, 2)} on {os.cpu_count()} CPUs "
+          "(other work on the machine shows up as spread).\n")
+
 checks = []
 backends = [b for b in ("mock", "nginx") if any(r["backend"] == b
                                                 for r in res)]
@@ -187,6 +193,18 @@ if rssr:
             checks.append((f"RSS flat over {v[-1][0]} s (growth "
                            f"{g:+,} kB after 5 s)", float("nan"), flat))
     print()
+
+perfs = sorted(f for f in os.listdir(OUT) if f.startswith("perf-")
+               and f.endswith(".txt"))
+if perfs:
+    print("## Profiles (perf, self time, nginx backend)\n")
+    for f in perfs:
+        with open(os.path.join(OUT, f)) as fh:
+            top = [ln.rstrip() for ln in fh if "%" in ln
+                   and not ln.startswith("#")][:12]
+        print(f"`{f}`:\n\n```")
+        print("\n".join(top))
+        print("```\n")
 
 if checks and have_sg:
     print("## Targets\n")
