@@ -495,3 +495,40 @@ wait_stats_1s() {
 	[ "$(jq -s 'map(select(.object == "chat.completion")) | length' <<<"$output")" = 50 ]
 	wait_stats_1s '.running == 0 and .queued == 0'
 }
+
+@test "seen-headers counts the header names of API requests; reset-seen zeroes them" {
+	start
+	run -0 curl -sS --max-time 10 "$URL/control/seen-headers"
+	[ "$output" = '{"requests":0,"headers":{}}' ]
+	post /v1/chat/completions "$CHAT" -H 'X-Request-Id: r1' -H 'x-output-tokens: 1'
+	post /v1/chat/completions "$CHAT" -H 'x-request-id: r2' -H 'X-Trace: a' -H 'x-trace: b'
+	run -0 curl -sS --max-time 10 "$URL/v1/models"
+	# neither the control endpoints nor /stats count
+	stats >/dev/null
+	run -0 curl -sS --max-time 10 "$URL/control/seen-headers"
+	[ "$(j '.requests')" = 3 ]
+	[ "$(j '.headers["x-request-id"]')" = 2 ]
+	[ "$(j '.headers["x-output-tokens"]')" = 1 ]
+	[ "$(j '.headers["x-trace"]')" = 2 ]
+	[ "$(j '.headers.host')" = 3 ]
+	[ "$(j '.headers["content-type"]')" = 2 ]
+	[ "$(j '.headers | has("X-Request-Id") or has("x-stargate-last-cluster-id")')" = false ]
+	# rejected requests count too: they reached the engine
+	post /v1/chat/completions '{"model":"nope","messages":[]}' -H 'x-stargate-last-cluster-id: B'
+	run -0 curl -sS --max-time 10 "$URL/control/seen-headers"
+	[ "$(j '.requests')" = 4 ]
+	[ "$(j '.headers["x-stargate-last-cluster-id"]')" = 1 ]
+	post /control/reset-seen ''
+	[ "$(status_code)" = 200 ]
+	[ "$output" = '{"requests":0,"headers":{}}' ]
+	run -0 curl -sS --max-time 10 "$URL/control/seen-headers"
+	[ "$output" = '{"requests":0,"headers":{}}' ]
+}
+
+@test "seen-headers wants GET and reset-seen POST" {
+	start
+	post /control/seen-headers '{}'
+	[ "$(status_code)" = 405 ]
+	run -0 curl -sS --max-time 10 -D "$T/h" "$URL/control/reset-seen"
+	[ "$(status_code)" = 405 ]
+}

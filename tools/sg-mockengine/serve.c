@@ -23,6 +23,7 @@
  *
  * Nothing here logs prompt text, cache keys or request bodies.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -1068,6 +1069,63 @@ handle_release(mock *m, struct evhttp_request *req)
 	send_json(req, 200, "OK", json_pack("{s:i}", "held", 0));
 }
 
+/*
+ * Header names seen on API requests, for tests that prove a header never
+ * reaches the engine.  Names are lower-cased; at most SEEN_NAMES distinct
+ * names of up to SEEN_NAME_MAX bytes are kept (others are not listed).
+ */
+#define SEEN_NAMES	1024
+#define SEEN_NAME_MAX	256
+
+static void
+seen_count(mock *m, struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	struct evkeyval *kv;
+	char name[SEEN_NAME_MAX + 1];
+
+	m->seen_requests++;
+	for (kv = h->tqh_first; kv != NULL; kv = kv->next.tqe_next) {
+		size_t i, n = strlen(kv->key);
+		json_t *c;
+
+		if (n == 0 || n > SEEN_NAME_MAX)
+			continue;
+		for (i = 0; i < n; i++)
+			name[i] = (char)tolower((unsigned char)kv->key[i]);
+		name[n] = '\0';
+		if ((c = json_object_get(m->seen, name)) != NULL)
+			json_integer_set(c, json_integer_value(c) + 1);
+		else if (json_object_size(m->seen) < SEEN_NAMES)
+			json_object_set_new(m->seen, name, json_integer(1));
+	}
+}
+
+static json_t *
+seen_json(const mock *m)
+{
+	return json_pack("{s:I,s:O}", "requests", (json_int_t)m->seen_requests,
+	    "headers", m->seen);
+}
+
+static void
+handle_seen(mock *m, struct evhttp_request *req, bool reset)
+{
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+
+	if (reset ? cmd != EVHTTP_REQ_POST : cmd == EVHTTP_REQ_POST) {
+		send_error(req, 405, "Method Not Allowed",
+		    "invalid_request_error", NULL, reset ? "use POST" :
+		    "use GET");
+		return;
+	}
+	if (reset) {
+		json_object_clear(m->seen);
+		m->seen_requests = 0;
+	}
+	send_json(req, 200, "OK", seen_json(m));
+}
+
 static void
 route(struct evhttp_request *req, void *arg)
 {
@@ -1085,6 +1143,8 @@ route(struct evhttp_request *req, void *arg)
 	}
 	memcpy(path, uri, n);
 	path[n] = '\0';
+	if (strncmp(path, "/v1/", 4) == 0)
+		seen_count(m, req);
 	if (strcmp(path, "/v1/chat/completions") == 0)
 		handle_completion(m, req, true);
 	else if (strcmp(path, "/v1/completions") == 0)
@@ -1093,6 +1153,10 @@ route(struct evhttp_request *req, void *arg)
 		handle_hold(m, req);
 	else if (strcmp(path, "/control/release") == 0)
 		handle_release(m, req);
+	else if (strcmp(path, "/control/seen-headers") == 0)
+		handle_seen(m, req, false);
+	else if (strcmp(path, "/control/reset-seen") == 0)
+		handle_seen(m, req, true);
 	else if (!get && (strcmp(path, "/v1/models") == 0 ||
 	    strcmp(path, "/healthz") == 0 || strcmp(path, "/stats") == 0 ||
 	    strcmp(path, "/metrics") == 0))
@@ -1189,7 +1253,8 @@ mock_serve(const mock_opts *o)
 	}
 	/* Precise timers: libevent's default coarse monotonic clock ticks in
 	 * jiffies (4 ms here), which every engine event would wait for. */
-	if ((cfg = event_config_new()) == NULL ||
+	if ((m.seen = json_object()) == NULL ||
+	    (cfg = event_config_new()) == NULL ||
 	    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
 	    (m.base = event_base_new_with_config(cfg)) == NULL ||
 	    (m.http = evhttp_new(m.base)) == NULL ||
@@ -1262,6 +1327,7 @@ out:
 		event_base_free(m.base);
 	if (cfg != NULL)
 		event_config_free(cfg);
+	json_decref(m.seen);
 	eng_free(m.e);
 	return rc;
 }
