@@ -167,7 +167,7 @@ dup_str(pctx *p, char **out, const char *s, size_t n, const char *suffix)
 	return 0;
 }
 
-/* --- URLs ------------------------------------------------------------------ */
+/* --- URLs ---------------------------------------------------------------- */
 
 static bool
 host_char(char ch)
@@ -198,7 +198,8 @@ url_problem(const char *s, size_t n, bool allow_query)
 	if (!clean(s, n) || memchr(s, ' ', n) != NULL)
 		return "URL contains a space or a control character";
 	if (n >= 8 && strncmp(s, "https://", 8) == 0)
-		return "https:// is not supported (expected http://host[:port])";
+		return "https:// is not supported (expected "
+		    "http://host[:port])";
 	if (n < 7 || strncmp(s, "http://", 7) != 0)
 		return "expected an http:// URL (http://host[:port][/path])";
 	i = h = 7;
@@ -407,7 +408,8 @@ parse_cluster(pctx *p, const char *where, const json_t *obj, sg_clusterdef *d)
 	}
 	if ((v = json_object_get(obj, "max_input_tps")) != NULL) {
 		mkpath(path, sizeof(path), where, "max_input_tps");
-		if ((rc = get_num(p, path, v, INFINITY, &d->max_input_tps)) != 0)
+		if ((rc = get_num(p, path, v, INFINITY,
+		    &d->max_input_tps)) != 0)
 			return rc;
 	}
 	if ((v = json_object_get(obj, "kv_capacity_tokens")) != NULL) {
@@ -483,8 +485,8 @@ parse_clusters(pctx *p, const json_t *v, sg_clusterfile *cf)
 				char sh[SHOW_MAX + 4];
 
 				show(sh, sizeof(sh), d->id, d->id_len);
-				snprintf(where, sizeof(where), "clusters[%zu].id",
-				    i);
+				snprintf(where, sizeof(where),
+				    "clusters[%zu].id", i);
 				return cerr(p, where, "duplicate id \"%s\" "
 				    "(also clusters[%zu])", sh, j);
 			}

@@ -26,12 +26,12 @@ enum sg_stats_format { SG_STATS_STARGATE = 1, SG_STATS_VLLM };
 typedef struct sg_clusterdef {
 	char		 id[SG_ID_MAX + 1];	/* NUL-terminated */
 	size_t		 id_len;
-	char		*url;		/* base URL, http:// only, no trailing '/' */
+	char		*url;		/* http:// base URL, no trailing '/' */
 	char		**models;	/* models served (>= 1, distinct) */
 	size_t		 nmodels;
 	int		 stats_format;	/* enum sg_stats_format */
-	char		*stats_url;	/* default: url + "/stats" or "/metrics" */
-	uint64_t	 max_engine_concurrency;	/* 0 = unknown/not given */
+	char		*stats_url;	/* default url + /stats or /metrics */
+	uint64_t	 max_engine_concurrency;	/* 0 = not given */
 	bool		 has_rtt;	/* rtt_ms given; else measured */
 	double		 rtt_ms;
 	/* fallbacks for values vLLM does not export (0 = not given): */

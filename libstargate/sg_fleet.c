@@ -345,8 +345,8 @@ sg_fleet_view(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 
 	for (k = 0; k < n; k++)
 		if (idx[k] >= f->n)
-			return sg_seterr(err, SG_EINVAL, "fleet view: index %zu "
-			    "out of range", idx[k]);
+			return sg_seterr(err, SG_EINVAL, "fleet view: index "
+			    "%zu out of range", idx[k]);
 	if (view_in_place(f, idx, n, now_ms, out, view_idx))
 		return 0;
 	sg_snapshot_clear(out);

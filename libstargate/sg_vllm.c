@@ -459,9 +459,11 @@ sg_vllm_to_cluster(const sg_vllm_sample *cur, const sg_vllm_sample *prev,
 	uint64_t cap;
 
 	if (cur == NULL || def == NULL || out == NULL)
-		return sg_seterr(err, SG_EINVAL, "vllm stats: missing argument");
+		return sg_seterr(err, SG_EINVAL, "vllm stats: missing "
+		    "argument");
 	if (!cur->have_running)
-		return sg_seterr(err, SG_EINVAL, "vllm stats: no running count");
+		return sg_seterr(err, SG_EINVAL, "vllm stats: no running "
+		    "count");
 	if (sg_cluster_init(out, def->id, def->id_len) != 0)
 		return sg_seterr(err, SG_EINVAL, "vllm stats: bad cluster id");
 	waiting = cur->have_waiting && cur->waiting > 0 ? cur->waiting : 0;

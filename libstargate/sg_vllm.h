@@ -27,9 +27,9 @@ typedef struct sg_vllm_sample {
 	double		kv_usage;	/* capacity-weighted mean, 0..1 */
 	uint64_t	block_size;	/* of the first engine seen */
 	uint64_t	num_gpu_blocks;	/* Σ over engines */
-	uint64_t	kv_capacity_tokens;	/* Σ block_size · num_gpu_blocks */
+	uint64_t	kv_capacity_tokens;	/* Σ block_size·num_gpu_blocks */
 	double		kv_used_tokens;	/* Σ usage · capacity, per engine */
-	double		prompt_tokens_total;	/* Σ vllm:prompt_tokens_total */
+	double		prompt_tokens_total;	/* Σ prompt_tokens_total */
 	uint32_t	engines;	/* distinct engine label values seen */
 } sg_vllm_sample;
 
@@ -65,8 +65,8 @@ int	sg_vllm_parse(const char *text, size_t len, const char *model,
  *  max_engine_concurrency and rtt_ms (when given) from def.
  * SG_EINVAL when cur has no running count or an argument is NULL.
  */
-int	sg_vllm_to_cluster(const sg_vllm_sample *cur, const sg_vllm_sample *prev,
-	    double dt_s, double prev_tps, const sg_clusterdef *def,
-	    sg_cluster *out, sg_error *err);
+int	sg_vllm_to_cluster(const sg_vllm_sample *cur,
+	    const sg_vllm_sample *prev, double dt_s, double prev_tps,
+	    const sg_clusterdef *def, sg_cluster *out, sg_error *err);
 
 #endif /* SG_VLLM_H */

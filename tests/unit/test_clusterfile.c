@@ -282,7 +282,8 @@ test_rejects_bad_urls(void **state)
 	bad_url("http://h:", "bad port (expected 1..65535)");
 	bad_url("http://h:0", "bad port (expected 1..65535)");
 	bad_url("http://h:65536", "bad port (expected 1..65535)");
-	bad_url("http://h:80x", "bad host (expected http://host[:port][/path])");
+	bad_url("http://h:80x",
+	    "bad host (expected http://host[:port][/path])");
 	bad_url("http://u@h", "user information is not allowed in the URL");
 	bad_url("http://h x", "URL contains a space or a control character");
 	bad_url("http://[::1", "bad IPv6 address literal in host");

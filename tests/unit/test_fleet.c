@@ -136,7 +136,7 @@ test_reservations_apply_to_the_view(void **state)
 }
 
 static void
-test_publication_clears_only_covered_reservations(void **state)
+test_publication_clears_covered_only(void **state)
 {
 	/* Reservations at t=10, 20, 30; stats sampled at 20 (request sent
 	 * then) cover the first two: the view is the new stats (running 5)
@@ -178,7 +178,7 @@ test_publication_clears_only_covered_reservations(void **state)
 }
 
 static void
-test_release_in_the_middle_recomputes_the_map(void **state)
+test_release_recomputes_the_map(void **state)
 {
 	/* Two reservations of 500 at priority 3 (tps 1000): entry 3 = 100 +
 	 * 500 + 500 = 1100; releasing the first leaves 600, key 5 540. */
@@ -205,7 +205,7 @@ test_release_in_the_middle_recomputes_the_map(void **state)
 }
 
 static void
-test_publication_of_an_older_sample_is_ignored(void **state)
+test_older_sample_is_ignored(void **state)
 {
 	sg_fleet *f = mkfleet(1000, 1);
 	sg_cluster c = stats();
@@ -221,7 +221,7 @@ test_publication_of_an_older_sample_is_ignored(void **state)
 }
 
 static void
-test_stale_and_unpublished_clusters_are_left_out(void **state)
+test_stale_clusters_are_left_out(void **state)
 {
 	/* stale_ms 100: A sampled at 0, B at 50, C never, D at 90.  At 120:
 	 * A is 120 old (stale), B 70, D 30: the view is B, D. */
@@ -257,7 +257,7 @@ test_stale_and_unpublished_clusters_are_left_out(void **state)
 }
 
 static void
-test_view_keeps_the_ids_version_and_follows_the_candidate_order(void **state)
+test_view_reuses_out_and_keeps_ids_version(void **state)
 {
 	sg_fleet *f = mkfleet(1000, 3);
 	sg_snapshot *s = sg_snapshot_new();
@@ -296,7 +296,7 @@ test_view_keeps_the_ids_version_and_follows_the_candidate_order(void **state)
 }
 
 static void
-test_reservations_on_an_unpublished_cluster_survive_its_first_stats(void **state)
+test_reservations_before_first_stats(void **state)
 {
 	sg_fleet *f = mkfleet(1000, 1);
 	sg_snapshot *s = sg_snapshot_new();
@@ -346,12 +346,12 @@ main(void)
 		cmocka_unit_test(test_add_rejects_bad_and_duplicate_ids),
 		cmocka_unit_test(test_publish_keeps_fleet_id),
 		cmocka_unit_test(test_reservations_apply_to_the_view),
-		cmocka_unit_test(test_publication_clears_only_covered_reservations),
-		cmocka_unit_test(test_release_in_the_middle_recomputes_the_map),
-		cmocka_unit_test(test_publication_of_an_older_sample_is_ignored),
-		cmocka_unit_test(test_stale_and_unpublished_clusters_are_left_out),
-		cmocka_unit_test(test_view_keeps_the_ids_version_and_follows_the_candidate_order),
-		cmocka_unit_test(test_reservations_on_an_unpublished_cluster_survive_its_first_stats),
+		cmocka_unit_test(test_publication_clears_covered_only),
+		cmocka_unit_test(test_release_recomputes_the_map),
+		cmocka_unit_test(test_older_sample_is_ignored),
+		cmocka_unit_test(test_stale_clusters_are_left_out),
+		cmocka_unit_test(test_view_reuses_out_and_keeps_ids_version),
+		cmocka_unit_test(test_reservations_before_first_stats),
 		cmocka_unit_test(test_many_reservations),
 	};
 
