@@ -1,0 +1,370 @@
+/*
+ * http.c — sg-proxy's endpoints (SPEC.md §6, ref §1.1, §1.5).
+ *
+ *   POST /v1/chat/completions, /v1/completions, /v1/responses,
+ *        /v1/embeddings          routed (route.c, forward.c)
+ *   GET  /v1/models              {"object":"list","data":[{"id","object"}]}
+ *   GET  /healthz                200 ok
+ *   GET  /readyz                 200 once every cluster had fresh stats or
+ *                                --ready-timeout-ms passed; 503 draining
+ *   GET  /metrics                Prometheus text 0.0.4
+ *   GET  /debug/state            loopback peers only: clusters, stats ages,
+ *                                reservations, requests in flight
+ *
+ * A routed request: header count bound (431), headers into an sg_header
+ * list (scratch array, no allocation) and sg_request_from_header_list (400
+ * naming the header), x-stargate-max-wait-ms (400), the algorithm
+ * resolution (400 with its class), then route_start().  evhttp itself
+ * enforces --max-body-bytes and --max-header-bytes (413).
+ *
+ * Errors are ref §1.5 JSON: {"error":"<message>","code":"<class>"} with
+ * x-stargate-error-code; the capacity 503 has the overloaded_error body.
+ */
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "proxy.h"
+
+static const char overloaded_body[] =
+    "{\"error\":{\"code\":\"overloaded_error\",\"message\":\"Inference "
+    "capacity is temporarily unavailable.\",\"param\":\"\",\"type\":"
+    "\"overloaded_error\"},\"code\":\"overloaded_error\"}\n";
+
+const char *
+http_reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Payload Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return status < 300 ? "OK" : "Error";
+	}
+}
+
+static void
+send_body(struct evhttp_request *req, int status, const char *ctype,
+    const char *body, size_t len)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+
+	evhttp_remove_header(h, "Content-Type");
+	evhttp_add_header(h, "Content-Type", ctype);
+	evbuffer_add(b, body, len);
+	evhttp_send_reply(req, status, http_reason(status), NULL);
+}
+
+/* Append s to b as a JSON string body (escaped). */
+static void
+json_str(struct evbuffer *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	evbuffer_add(b, "\"", 1);
+	for (; *p != '\0'; p++) {
+		if (*p == '"' || *p == '\\')
+			evbuffer_add_printf(b, "\\%c", *p);
+		else if (*p < 0x20)
+			evbuffer_add_printf(b, "\\u%04x", *p);
+		else
+			evbuffer_add(b, p, 1);
+	}
+	evbuffer_add(b, "\"", 1);
+}
+
+void
+http_send_error(struct evhttp_request *req, int status, const char *code,
+    const char *message)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+
+	evhttp_remove_header(h, "Content-Type");
+	evhttp_add_header(h, "Content-Type", "application/json");
+	evhttp_remove_header(h, "x-stargate-error-code");
+	evhttp_add_header(h, "x-stargate-error-code", code);
+	evbuffer_add(b, "{\"error\":", 9);
+	json_str(b, message);
+	evbuffer_add(b, ",\"code\":", 8);
+	json_str(b, code);
+	evbuffer_add(b, "}\n", 2);
+	evhttp_send_reply(req, status, http_reason(status), NULL);
+}
+
+void
+http_send_overloaded(struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+	evhttp_remove_header(h, "x-stargate-error-code");
+	evhttp_add_header(h, "x-stargate-error-code", "overloaded_error");
+	send_body(req, 503, "application/json", overloaded_body,
+	    sizeof(overloaded_body) - 1);
+}
+
+/* --- small endpoints --------------------------------------------------------- */
+
+static void
+get_models(proxy *p, struct evhttp_request *req)
+{
+	json_t *data = json_array(), *doc;
+	char *text;
+	size_t i;
+
+	for (i = 0; i < p->gen->nmodels; i++)
+		json_array_append_new(data, json_pack("{s:s,s:s,s:s}", "id",
+		    p->gen->models[i].name, "object", "model", "owned_by",
+		    "stargate"));
+	doc = json_pack("{s:s,s:o}", "object", "list", "data", data);
+	if (doc == NULL || (text = json_dumps(doc, JSON_COMPACT)) == NULL) {
+		json_decref(doc);
+		http_send_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	json_decref(doc);
+	send_body(req, 200, "application/json", text, strlen(text));
+	free(text);
+}
+
+static int
+expose_sink(void *ctx, const char *s, size_t n)
+{
+	return evbuffer_add(ctx, s, n);
+}
+
+static void
+get_metrics(proxy *p, struct evhttp_request *req)
+{
+	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+
+	stats_update_gauges(p);
+	if (sg_metrics_expose(p->reg, expose_sink, b) != 0) {
+		evbuffer_drain(b, evbuffer_get_length(b));
+		http_send_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	evhttp_send_reply(req, 200, "OK", NULL);
+}
+
+static bool
+peer_is_loopback(struct evhttp_request *req)
+{
+	struct evhttp_connection *c = evhttp_request_get_connection(req);
+	char *addr = NULL;
+	ev_uint16_t port = 0;
+
+	if (c == NULL)
+		return false;
+	evhttp_connection_get_peer(c, &addr, &port);
+	if (addr == NULL)
+		return false;
+	return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
+	    strcmp(addr, "::ffff:127.0.0.1") == 0;
+}
+
+static json_t *
+cluster_state(proxy *p, const pcl *cl, double now)
+{
+	const sg_cluster *st = sg_fleet_stats(p->fleet, cl->fidx);
+	double age = sg_fleet_age_ms(p->fleet, cl->fidx, now);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:b,s:I,s:I}", "id", cl->cs->id,
+	    "url", cl->def->url, "stats_url", cl->def->stats_url,
+	    "fresh", sg_fleet_fresh(p->fleet, cl->fidx, now),
+	    "reservations", (json_int_t)sg_fleet_reservations(p->fleet,
+	    cl->fidx), "poll_failures", (json_int_t)cl->cs->polls_failed);
+
+	if (o == NULL)
+		return NULL;
+	json_object_set_new(o, "stats_age_ms", isinf(age) ? json_null() :
+	    json_real(age));
+	if (cl->cs->have_rtt)
+		json_object_set_new(o, "measured_rtt_ms",
+		    json_real(cl->cs->rtt_ms));
+	if (st != NULL)
+		json_object_set_new(o, "stats", sg_cluster_to_json(st));
+	return o;
+}
+
+static void
+get_debug_state(proxy *p, struct evhttp_request *req)
+{
+	json_t *cl = json_array(), *doc;
+	double now = mono_ms();
+	char *text;
+	size_t i;
+
+	if (!peer_is_loopback(req)) {
+		http_send_error(req, 403, "forbidden",
+		    "/debug/state is served to loopback peers only");
+		return;
+	}
+	for (i = 0; i < p->gen->n; i++)
+		json_array_append_new(cl, cluster_state(p, &p->gen->cl[i], now));
+	doc = json_pack("{s:s,s:i,s:i,s:b,s:b,s:I,s:I,s:o}", "role", "router",
+	    "worker", p->worker_no, "pid", (int)getpid(), "ready",
+	    stats_ready(p), "draining", p->draining, "inflight",
+	    (json_int_t)p->inflight, "served", (json_int_t)p->served,
+	    "clusters", cl);
+	if (doc == NULL || (text = json_dumps(doc, JSON_COMPACT)) == NULL) {
+		json_decref(doc);
+		http_send_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	json_decref(doc);
+	send_body(req, 200, "application/json", text, strlen(text));
+	free(text);
+}
+
+/* --- routed requests ------------------------------------------------------------ */
+
+/* x-stargate-max-wait-ms: trimmed u64, else 400 (ref §1.2). */
+static int
+parse_budget(preq *q, struct evkeyvalq *in, sg_error *err)
+{
+	const char *v = evhttp_find_header(in, "x-stargate-max-wait-ms");
+	size_t len;
+
+	if (v == NULL)
+		return 0;
+	len = strlen(v);
+	sg_trim(&v, &len);
+	if (sg_parse_u64(v, len, UINT64_MAX, &q->budget_ms) != 0)
+		return sg_seterr_http(err, SG_EREQUEST, 400, "invalid_request",
+		    "x-stargate-max-wait-ms: expected an unsigned integer");
+	q->has_budget = true;
+	return 0;
+}
+
+static void
+handle_routed(proxy *p, struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct evkeyval *kv;
+	const sg_algdef *def;
+	sg_error err;
+	size_t n = 0;
+	preq *q;
+	int rc;
+
+	TAILQ_FOREACH(kv, in, next) {
+		if (n == p->conf->max_headers) {
+			http_send_error(req, 431, "request_header_fields_too_large",
+			    "too many request headers");
+			return;
+		}
+		p->hdrs[n].name = kv->key;
+		p->hdrs[n].value = kv->value;
+		n++;
+	}
+	if ((q = preq_get(p)) == NULL) {
+		http_send_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
+	q->req = req;
+	memset(&err, 0, sizeof(err));
+	if ((rc = sg_request_from_header_list(&q->sr, p->hdrs, n, &err)) != 0 ||
+	    (rc = parse_budget(q, in, &err)) != 0 ||
+	    (rc = sg_lbconf_resolve(p->lb, q->sr.model, q->sr.routing_method,
+	    q->sr.routing_method_invalid, &def, &err)) != 0) {
+		if (rc == SG_EREQUEST && err.status != 0)
+			http_send_error(req, err.status, err.code[0] != '\0' ?
+			    err.code : "invalid_request", err.text);
+		else
+			http_send_error(req, 500, "internal_error",
+			    sg_strerror(rc));
+		q->req = NULL;
+		preq_put(q);
+		return;
+	}
+	if (p->draining)
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "Connection", "close");
+	route_start(q);
+}
+
+void
+http_dispatch(struct evhttp_request *req, void *arg)
+{
+	proxy *p = arg;
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *path = u != NULL ? evhttp_uri_get_path(u) : NULL;
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+
+	if (path == NULL) {
+		http_send_error(req, 400, "invalid_request", "bad request target");
+		return;
+	}
+	if (strcmp(path, "/v1/chat/completions") == 0 ||
+	    strcmp(path, "/v1/completions") == 0 ||
+	    strcmp(path, "/v1/responses") == 0 ||
+	    strcmp(path, "/v1/embeddings") == 0) {
+		if (cmd != EVHTTP_REQ_POST) {
+			evhttp_add_header(evhttp_request_get_output_headers(req),
+			    "Allow", "POST");
+			http_send_error(req, 405, "method_not_allowed",
+			    "method not allowed");
+			return;
+		}
+		handle_routed(p, req);
+		return;
+	}
+	if (strcmp(path, "/healthz") != 0 && strcmp(path, "/readyz") != 0 &&
+	    strcmp(path, "/metrics") != 0 && strcmp(path, "/v1/models") != 0 &&
+	    strcmp(path, "/debug/state") != 0) {
+		http_send_error(req, 404, "not_found", "no such endpoint");
+		return;
+	}
+	if (!get) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "Allow", "GET, HEAD");
+		http_send_error(req, 405, "method_not_allowed",
+		    "method not allowed");
+		return;
+	}
+	if (strcmp(path, "/healthz") == 0)
+		send_body(req, 200, "text/plain; charset=utf-8", "ok\n", 3);
+	else if (strcmp(path, "/readyz") == 0) {
+		if (p->draining)
+			send_body(req, 503, "text/plain; charset=utf-8",
+			    "draining\n", 9);
+		else if (!stats_ready(p))
+			send_body(req, 503, "text/plain; charset=utf-8",
+			    "not ready\n", 10);
+		else
+			send_body(req, 200, "text/plain; charset=utf-8",
+			    "ready\n", 6);
+	} else if (strcmp(path, "/metrics") == 0)
+		get_metrics(p, req);
+	else if (strcmp(path, "/v1/models") == 0)
+		get_models(p, req);
+	else
+		get_debug_state(p, req);
+}

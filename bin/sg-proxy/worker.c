@@ -1,0 +1,288 @@
+/*
+ * worker.c — one sg-proxy worker: an event base (precise timers), the
+ * evhttp server on the shared listening socket, the curl multi, the stats
+ * poller, the span exporter and the decision log, all on the same loop.
+ *
+ * Signals (libevent signal events, so handlers run on the loop):
+ *   SIGTERM, SIGINT  drain: stop accepting (the listener is closed), /readyz
+ *                    answers 503, requests in flight finish; when the last
+ *                    one is done, or after --drain-timeout-ms, the loop
+ *                    stops and whatever is left is cancelled;
+ *   SIGHUP           reload the cluster file (clusters.c) and reopen the
+ *                    decision log.
+ *
+ * Shutdown order: requests (their curl handles and reservations), the
+ * server (its connections), the poller, the multi, the exporter (flushed
+ * for a bounded time), the decision log.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "proxy.h"
+
+#define OTLP_DRAIN_MS	3000
+
+static void
+log_simple(proxy *p, int level, const char *msg, const char *k,
+    const char *v)
+{
+	sg_log_rec r;
+
+	sg_log_begin(&r, p->log, level, wall_s(), msg);
+	if (k != NULL)
+		sg_log_str(&r, k, v);
+	sg_log_u64(&r, "worker", (uint64_t)p->worker_no);
+	sg_log_end(&r);
+}
+
+void
+worker_maybe_exit(proxy *p)
+{
+	if (p->draining && p->inflight == 0)
+		event_base_loopexit(p->base, NULL);
+}
+
+static void
+on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	proxy *p = arg;
+	sg_log_rec r;
+
+	(void)fd;
+	(void)what;
+	sg_log_begin(&r, p->log, SG_LOG_WARN, wall_s(),
+	    "drain timeout: cancelling requests in flight");
+	sg_log_u64(&r, "inflight", p->inflight);
+	sg_log_end(&r);
+	event_base_loopexit(p->base, NULL);
+}
+
+static void
+start_drain(proxy *p)
+{
+	struct timeval tv;
+
+	if (p->draining)
+		return;
+	p->draining = true;
+	if (p->bound != NULL) {
+		evhttp_del_accept_socket(p->http, p->bound);
+		p->bound = NULL;
+	}
+	log_simple(p, SG_LOG_INFO, "draining", NULL, NULL);
+	if (p->inflight == 0) {
+		event_base_loopexit(p->base, NULL);
+		return;
+	}
+	ms_to_tv((double)p->conf->drain_timeout_ms, &tv);
+	p->drain_timer = evtimer_new(p->base, on_drain_timeout, p);
+	if (p->drain_timer == NULL || evtimer_add(p->drain_timer, &tv) != 0)
+		event_base_loopexit(p->base, NULL);
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	proxy *p = arg;
+	sg_error err;
+
+	(void)what;
+	if (sig == SIGHUP) {
+		gen_reload(p);
+		memset(&err, 0, sizeof(err));
+		if (p->dlog != NULL && dlog_reopen(p->dlog, &err) != 0)
+			log_simple(p, SG_LOG_ERROR,
+			    "cannot reopen the decision log", "error",
+			    err.text);
+		return;
+	}
+	start_drain(p);
+}
+
+static int
+setup_http(proxy *p)
+{
+	const pconf *c = p->conf;
+	struct timeval tv;
+	int fd;
+
+	if ((p->http = evhttp_new(p->base)) == NULL)
+		return EX_OSERR;
+	evhttp_set_max_body_size(p->http, (ev_ssize_t)c->max_body);
+	evhttp_set_max_headers_size(p->http, (ev_ssize_t)c->max_header_bytes);
+	/* evhttp has one idle timeout for reading a request (headers and
+	 * body alike) and writing a reply: the larger of the two bounds. */
+	ms_to_tv((double)(c->header_timeout_ms > c->body_timeout_ms ?
+	    c->header_timeout_ms : c->body_timeout_ms), &tv);
+	evhttp_set_timeout_tv(p->http, &tv);
+	evhttp_set_allowed_methods(p->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+	evhttp_set_default_content_type(p->http, NULL);
+	evhttp_set_gencb(p->http, http_dispatch, p);
+	/* evhttp closes the socket it is given; keep ours for the others. */
+	if ((fd = dup(p->listen_fd)) < 0)
+		return EX_OSERR;
+	evutil_make_socket_nonblocking(fd);
+	evutil_make_socket_closeonexec(fd);
+	if ((p->bound = evhttp_accept_socket_with_handle(p->http, fd)) ==
+	    NULL) {
+		close(fd);
+		return EX_OSERR;
+	}
+	return 0;
+}
+
+static int
+setup_extras(proxy *p)
+{
+	otlp_options oo;
+	dlog_options dop;
+	sg_error err;
+	int rc;
+
+	memset(&err, 0, sizeof(err));
+	memset(&oo, 0, sizeof(oo));
+	oo.endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+	oo.service_name = "sg-proxy";
+	if ((rc = otlp_exporter_new(&p->otlp, p->base, &oo, &err)) != 0) {
+		log_simple(p, SG_LOG_ERROR, "OTLP exporter disabled",
+		    "error", err.text);
+		p->otlp = NULL;
+	}
+	memset(&dop, 0, sizeof(dop));
+	dop.path = p->conf->decision_log;
+	dop.sample = p->conf->decision_log_sample;
+	dop.seed = p->conf->seed;
+	dop.worker = p->worker_no;
+	dop.base = p->base;
+	memset(&err, 0, sizeof(err));
+	if ((rc = dlog_open(&p->dlog, &dop, &err)) != 0) {
+		fprintf(stderr, "sg-proxy: %s\n", err.text[0] != '\0' ?
+		    err.text : "cannot open the decision log");
+		return rc > 0 ? EX_CANTCREAT : EX_CONFIG;
+	}
+	return 0;
+}
+
+/* Cancel every request still in flight (shutdown). */
+static void
+cancel_all(proxy *p)
+{
+	while (p->live != NULL) {
+		preq *q = p->live;
+
+		if (q->phase == PQ_STREAMING || q->req == NULL) {
+			metrics_request(q, q->cur != NULL ? q->cur->cs->id :
+			    "", q->ustatus);
+			forward_cancel(q);
+			preq_finish(q, q->ustatus);
+		} else
+			route_fail(q, 503, "shutting_down",
+			    "the proxy is shutting down");
+	}
+}
+
+static void
+free_pool(proxy *p)
+{
+	while (p->free_reqs != NULL) {
+		preq *q = p->free_reqs;
+
+		p->free_reqs = q->next;
+		if (q->timer != NULL)
+			event_free(q->timer);
+		if (q->chunk != NULL)
+			evbuffer_free(q->chunk);
+		free(q->excl);
+		free(q->url);
+		free(q);
+	}
+}
+
+int
+worker_run(proxy *p)
+{
+	struct event_config *cfg = NULL;
+	int rc = EX_OSERR;
+
+	if ((cfg = event_config_new()) == NULL)
+		goto out;
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+	if ((p->base = event_base_new_with_config(cfg)) == NULL)
+		goto out;
+	if ((p->hdrs = calloc(p->conf->max_headers + 1,
+	    sizeof(*p->hdrs))) == NULL ||
+	    (p->hbuf = malloc(p->hbufcap = (p->conf->max_header_bytes >
+	    131072 ? p->conf->max_header_bytes : 131072) + 64)) == NULL ||
+	    (p->view = sg_snapshot_new()) == NULL)
+		goto out;
+	if ((rc = upstream_init(p)) != 0 || (rc = setup_http(p)) != 0 ||
+	    (rc = setup_extras(p)) != 0 || (rc = stats_init(p)) != 0)
+		goto out;
+	rc = EX_OSERR;
+	if ((p->sig_term = evsignal_new(p->base, SIGTERM, on_signal, p)) ==
+	    NULL ||
+	    (p->sig_int = evsignal_new(p->base, SIGINT, on_signal, p)) ==
+	    NULL ||
+	    (p->sig_hup = evsignal_new(p->base, SIGHUP, on_signal, p)) ==
+	    NULL ||
+	    evsignal_add(p->sig_term, NULL) != 0 ||
+	    evsignal_add(p->sig_int, NULL) != 0 ||
+	    evsignal_add(p->sig_hup, NULL) != 0)
+		goto out;
+	p->t_start = mono_ms();
+	stats_poll_all(p);
+	log_simple(p, SG_LOG_INFO, "worker started", "role", "router");
+	event_base_dispatch(p->base);
+	rc = EX_OK;
+	log_simple(p, SG_LOG_INFO, "worker stopped", NULL, NULL);
+out:
+	if (rc != EX_OK && rc != EX_CANTCREAT && rc != EX_CONFIG)
+		fprintf(stderr, "sg-proxy: worker %d: cannot start: %s\n",
+		    p->worker_no, strerror(errno));
+	cancel_all(p);
+	if (p->http != NULL)
+		evhttp_free(p->http);
+	p->http = NULL;
+	free_pool(p);
+	stats_fini(p);
+	if (p->otlp != NULL)
+		otlp_exporter_drain(p->otlp, OTLP_DRAIN_MS);
+	otlp_exporter_free(p->otlp);
+	p->otlp = NULL;
+	upstream_fini(p);
+	dlog_close(p->dlog);
+	p->dlog = NULL;
+	if (p->sig_term != NULL)
+		event_free(p->sig_term);
+	if (p->sig_int != NULL)
+		event_free(p->sig_int);
+	if (p->sig_hup != NULL)
+		event_free(p->sig_hup);
+	if (p->drain_timer != NULL)
+		event_free(p->drain_timer);
+	sg_snapshot_free(p->view);
+	p->view = NULL;
+	free(p->view_idx);
+	p->view_idx = NULL;
+	free(p->hdrs);
+	p->hdrs = NULL;
+	free(p->hbuf);
+	p->hbuf = NULL;
+	if (p->base != NULL)
+		event_base_free(p->base);
+	p->base = NULL;
+	if (cfg != NULL)
+		event_config_free(cfg);
+	return rc;
+}
