@@ -42,7 +42,9 @@ def spread(xs, nd=0):
 
 
 def ratio(a, b):
-    if a != a or b != b or b == 0:
+    """a / b; not a number when b is not positive (an "added" figure at
+    or below zero is noise, and a ratio to it means nothing)."""
+    if a != a or b != b or b <= 0:
         return float("nan")
     return a / b
 
@@ -213,6 +215,6 @@ if checks and have_sg:
     for name, r, ok in checks:
         m = "—" if ok is None else ("yes" if ok else "**no**")
         if r != r and ok is not None and "RSS" not in name:
-            m = "n/a"
+            m = "n/a (nginx's figure ≤ 0: noise)"
         print(f"| {name} | {fmt(r, 2)} | {m} |")
     print()
