@@ -51,7 +51,6 @@ typedef struct ev {
 
 typedef struct sample {
 	sg_cluster	c;
-	double		t;		/* when it was taken */
 } sample;
 
 typedef struct cstate {
@@ -353,7 +352,6 @@ take_sample(sim *s, size_t i, double t)
 	eng_advance(c->e, t);
 	c->next = eng_next_event(c->e);
 	smp.c = c->vis;
-	smp.t = t;
 	eng_cluster(c->e, t, &smp.c);
 	if (s->sc->stats_staleness_ms <= 0) {
 		publish(s, i, &smp, t);
@@ -774,7 +772,6 @@ setup(sim *s)
 		/* The router starts with every cluster idle; samples follow
 		 * at staggered phases. */
 		smp.c = c->vis;
-		smp.t = 0;
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
 		c->next = INFINITY;
