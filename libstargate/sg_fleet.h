@@ -6,7 +6,8 @@
  * The proxy (and sg-sim) publish stats as they arrive, reserve on every
  * dispatch, release on a retryable refusal or when a request ends, and build
  * the snapshot a decision reads with sg_fleet_view().  Times are monotonic
- * milliseconds supplied by the caller: the library reads no clock.
+ * milliseconds supplied by the caller: the library reads no clock.  A fleet
+ * is not locked: use it from one thread (one per event loop).
  */
 #ifndef SG_FLEET_H
 #define SG_FLEET_H
