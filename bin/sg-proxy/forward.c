@@ -36,7 +36,10 @@
  */
 #include <sys/queue.h>
 
+#include <sys/socket.h>
+
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +79,8 @@ in_list(const char *const *l, const char *name, size_t len)
 	return false;
 }
 
+static void on_client_readable(evutil_socket_t fd, short what, void *arg);
+
 bool
 header_forbidden(const char *name, size_t len)
 {
@@ -92,6 +97,47 @@ response_forbidden(const char *name, size_t len)
 
 /* --- request contexts ---------------------------------------------------------- */
 
+/*
+ * evhttp stops reading a connection while its request is being served, so
+ * a client that goes away during a routing wait or before the first
+ * upstream byte would go unnoticed.  A one-shot read event on the socket
+ * peeks: EOF or an error frees the connection (its close callback then
+ * cancels the request); data (a pipelined request) ends the watch.
+ */
+static void
+on_client_readable(evutil_socket_t fd, short what, void *arg)
+{
+	preq *q = arg;
+	char c;
+	ssize_t n;
+
+	(void)what;
+	n = recv(fd, &c, 1, MSG_PEEK);
+	if (n > 0 || q->conn == NULL)
+		return;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR)) {
+		event_add(q->watch, NULL);
+		return;
+	}
+	evhttp_connection_free(q->conn);	/* runs forward_close_client */
+}
+
+void
+forward_watch_client(preq *q)
+{
+	struct bufferevent *bev;
+	evutil_socket_t fd;
+
+	if (q->conn == NULL ||
+	    (bev = evhttp_connection_get_bufferevent(q->conn)) == NULL ||
+	    (fd = bufferevent_getfd(bev)) < 0)
+		return;
+	if (event_assign(q->watch, q->p->base, fd, EV_READ, on_client_readable,
+	    q) == 0)
+		event_add(q->watch, NULL);
+}
+
 preq *
 preq_get(proxy *p)
 {
@@ -104,9 +150,13 @@ preq_get(proxy *p)
 			return NULL;
 		if ((q->chunk = evbuffer_new()) == NULL ||
 		    (q->timer = evtimer_new(p->base, route_on_timer, q)) ==
-		    NULL) {
+		    NULL ||
+		    (q->watch = event_new(p->base, -1, 0, on_client_readable,
+		    q)) == NULL) {
 			if (q->chunk != NULL)
 				evbuffer_free(q->chunk);
+			if (q->timer != NULL)
+				event_free(q->timer);
 			free(q);
 			return NULL;
 		}
@@ -147,6 +197,7 @@ preq_put(preq *q)
 	proxy *p = q->p;
 
 	forward_cancel(q);
+	event_del(q->watch);
 	if (q->conn != NULL)
 		evhttp_connection_set_closecb(q->conn, NULL, NULL);
 	q->conn = NULL;
@@ -578,8 +629,10 @@ on_done(xfer *x, CURLcode cc)
 		return;
 	}
 	forward_cancel(q);
-	if (q->req != NULL)
+	if (q->req != NULL) {
+		worker_track_reply(q->req);
 		evhttp_send_reply_end(q->req);
+	}
 	metrics_request(q, q->cur->cs->id, status);
 	otlp_span_end(&q->aspan);
 	preq_finish(q, status);

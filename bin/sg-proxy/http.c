@@ -76,6 +76,7 @@ send_body(struct evhttp_request *req, int status, const char *ctype,
 	evhttp_remove_header(h, "Content-Type");
 	evhttp_add_header(h, "Content-Type", ctype);
 	evbuffer_add(b, body, len);
+	worker_track_reply(req);
 	evhttp_send_reply(req, status, http_reason(status), NULL);
 }
 
@@ -113,6 +114,7 @@ http_send_error(struct evhttp_request *req, int status, const char *code,
 	evbuffer_add(b, ",\"code\":", 8);
 	json_str(b, code);
 	evbuffer_add(b, "}\n", 2);
+	worker_track_reply(req);
 	evhttp_send_reply(req, status, http_reason(status), NULL);
 }
 
@@ -170,6 +172,7 @@ get_metrics(proxy *p, struct evhttp_request *req)
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	worker_track_reply(req);
 	evhttp_send_reply(req, 200, "OK", NULL);
 }
 

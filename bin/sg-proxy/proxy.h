@@ -170,6 +170,7 @@ struct preq {
 	bool			 has_budget;	/* x-stargate-max-wait-ms */
 	uint64_t		 budget_ms;
 	struct event		*timer;		/* waits and the idle check */
+	struct event		*watch;		/* client EOF while we work */
 	/* exclusions: ids of the fleet (stable storage) */
 	const char		**excl;
 	size_t			 nexcl, excap;
@@ -275,6 +276,7 @@ struct proxy {
 	preq			*live;
 	preq			*free_reqs;
 	size_t			 inflight;
+	size_t			 flushing;	/* final replies being written */
 	uint64_t		 served;
 };
 
@@ -294,7 +296,10 @@ int	conf_load_clusters(const char *path, sg_clusterfile **out, bool quiet,
 
 /* --- worker.c ------------------------------------------------------------------------- */
 
+extern proxy *proxy_self;			/* this process's worker */
 int	worker_run(proxy *p);			/* sysexits code */
+/* Count a final reply until evhttp has written it (drain waits for it). */
+void	worker_track_reply(struct evhttp_request *req);
 void	worker_maybe_exit(proxy *p);		/* draining and idle: stop */
 
 /* --- upstream.c ----------------------------------------------------------------------- */
@@ -336,6 +341,8 @@ void	preq_finish(preq *q, int status);
 /* Add a cluster id (stable storage) to the exclusions; -1 when full. */
 int	preq_exclude(preq *q, const char *id);
 void	forward_idle_check(preq *q);
+/* Watch the client socket for EOF while the request is being served. */
+void	forward_watch_client(preq *q);
 void	forward_start(preq *q, const pcl *cl, size_t fidx);
 void	forward_cancel(preq *q);		/* stop the attempt, release */
 void	forward_close_client(struct evhttp_connection *c, void *arg);

@@ -289,8 +289,10 @@ route_start(preq *q)
 		if (preq_exclude(q, q->sr.excluded[i]) != 0)
 			break;
 	q->conn = evhttp_request_get_connection(q->req);
-	if (q->conn != NULL)
+	if (q->conn != NULL) {
 		evhttp_connection_set_closecb(q->conn, forward_close_client, q);
+		forward_watch_client(q);
+	}
 	tp = evhttp_find_header(evhttp_request_get_input_headers(q->req),
 	    "traceparent");
 	q->has_parent = tp != NULL && otlp_traceparent_parse(tp, strlen(tp),

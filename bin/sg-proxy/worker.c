@@ -44,11 +44,39 @@ log_simple(proxy *p, int level, const char *msg, const char *k,
 	sg_log_end(&r);
 }
 
+proxy *proxy_self;
+
 void
 worker_maybe_exit(proxy *p)
 {
-	if (p->draining && p->inflight == 0)
+	if (p->draining && p->inflight == 0 && p->flushing == 0)
 		event_base_loopexit(p->base, NULL);
+}
+
+static void
+on_reply_written(struct evhttp_request *req, void *arg)
+{
+	proxy *p = arg;
+
+	(void)req;
+	if (p->flushing > 0)
+		p->flushing--;
+	worker_maybe_exit(p);
+}
+
+/*
+ * A connection that dies before its reply is written never reports it;
+ * the drain timeout bounds that case.
+ */
+void
+worker_track_reply(struct evhttp_request *req)
+{
+	proxy *p = proxy_self;
+
+	if (p == NULL || req == NULL)
+		return;
+	p->flushing++;
+	evhttp_request_set_on_complete_cb(req, on_reply_written, p);
 }
 
 static void
@@ -79,7 +107,7 @@ start_drain(proxy *p)
 		p->bound = NULL;
 	}
 	log_simple(p, SG_LOG_INFO, "draining", NULL, NULL);
-	if (p->inflight == 0) {
+	if (p->inflight == 0 && p->flushing == 0) {
 		event_base_loopexit(p->base, NULL);
 		return;
 	}
@@ -201,6 +229,8 @@ free_pool(proxy *p)
 		p->free_reqs = q->next;
 		if (q->timer != NULL)
 			event_free(q->timer);
+		if (q->watch != NULL)
+			event_free(q->watch);
 		if (q->chunk != NULL)
 			evbuffer_free(q->chunk);
 		free(q->excl);
@@ -215,6 +245,7 @@ worker_run(proxy *p)
 	struct event_config *cfg = NULL;
 	int rc = EX_OSERR;
 
+	proxy_self = p;
 	if ((cfg = event_config_new()) == NULL)
 		goto out;
 	event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
