@@ -120,7 +120,7 @@ check() {
 	[[ $stderr == *colour* ]]
 	jq '.clusters[1].id = .clusters[0].id' "$CL" >"$T/bad4.json"
 	run -78 --separate-stderr "$PROXY" --role router --listen 127.0.0.1:0 --clusters "$T/bad4.json"
-	[[ $stderr == *clusters[1]* ]]
+	[[ $stderr == *"clusters[1].id"* ]]
 	printf '{"clusters": [' >"$T/bad5.json"
 	run -78 --separate-stderr "$PROXY" --role router --listen 127.0.0.1:0 --clusters "$T/bad5.json"
 	[[ $stderr == sg-proxy:*bad5.json* ]]

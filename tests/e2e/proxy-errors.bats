@@ -27,7 +27,7 @@ refused() {
 	[ "$CODE" = "$2" ] || { echo "expected code $2"; show; return 1; }
 	[ "$(hdr x-stargate-error-code)" = "$2" ] || { show; return 1; }
 	[[ $(hdr content-type) == application/json* ]] || { show; return 1; }
-	jq -e 'has("error")' <<<"$BODY" >/dev/null
+	[ "$(jq 'has("error")' <<<"$BODY")" = true ] || { show; return 1; }
 	[ "$(seen_n A)" = 0 ] || { echo "the refused request reached the engine"; return 1; }
 	good
 	reset_seen A

@@ -60,7 +60,7 @@ sel() {
 	for n in stargate_requests_total stargate_routing_selections_total \
 	    stargate_proxy_retries_total stargate_routing_duration_seconds_bucket \
 	    stargate_proxy_duration_seconds_bucket "$M"; do
-		jq -e --arg n "$n" 'select(.name == $n)' "$T/samples" >/dev/null ||
+		[ "$(jq -s --arg n "$n" 'any(.[]; .name == $n)' "$T/samples")" = true ] ||
 		    { echo "no samples of $n"; grep -c . "$T/samples"; return 1; }
 	done
 	# the family is typed as a counter

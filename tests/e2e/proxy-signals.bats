@@ -30,18 +30,18 @@ load_loop() {
 	done >"$2"
 }
 
-# exited PID [TENTHS]: wait (10 s) for PID to exit; then reap it and print
-# its exit status.
+# exited PID [TENTHS]: wait (10 s) for PID to exit, reap it, and set
+# EXIT_ST to its exit status (not in a subshell: only the parent can reap).
 exited() {
 	local i
+	EXIT_ST=running
 	for i in $(seq 1 "${2:-100}"); do
 		alive "$1" || break
 		sleep 0.1
 	done
-	alive "$1" && { echo "still running"; return 1; }
-	local st=0
-	wait "$1" || st=$?
-	echo "$st"
+	alive "$1" && return 1
+	EXIT_ST=0
+	wait "$1" || EXIT_ST=$?
 }
 
 @test "SIGHUP reloads the cluster file under load and no request fails" {
@@ -127,7 +127,7 @@ exited() {
 	    --data-binary "$SCHAT" "$PROXY_URL/v1/chat/completions" >"$T/stream.code" 2>&1 3>&- &
 	local c2=$!
 	PIDS+=("$c2")
-	wait_for 100 0.05 sh -c "curl -sS --max-time 2 '$(eurl A)/stats' | jq -e '.running == 2' >/dev/null"
+	wait_for 100 0.05 sh -c "curl -sS --max-time 2 '$(eurl A)/stats' | jq '.running == 2' | grep -qx true"
 	local t0=${EPOCHREALTIME/./}
 	kill -TERM "$PROXY_PID"
 	# while draining: /readyz 503 or the listener closed; never a new 200
@@ -136,10 +136,9 @@ exited() {
 	code=$(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$PROXY_URL/readyz" || true)
 	echo "readyz while draining: $code"
 	[ "$code" != 200 ]
-	local st
-	st=$(exited "$PROXY_PID" 150)
-	echo "proxy exit status $st after $(((${EPOCHREALTIME/./} - t0) / 1000)) ms"
-	[ "$st" = 0 ]
+	exited "$PROXY_PID" 150 || true
+	echo "proxy exit status $EXIT_ST after $(((${EPOCHREALTIME/./} - t0) / 1000)) ms"
+	[ "$EXIT_ST" = 0 ]
 	wait "$c1" || true
 	wait "$c2" || true
 	[ "$(cat "$T/unary.code")" = 200 ]
@@ -166,7 +165,8 @@ exited() {
 		[ "$(msum stargate_requests_total 'status="200"')" = 12 ]
 	done
 	kill -TERM "$PROXY_PID"
-	[ "$(exited "$PROXY_PID" 100)" = 0 ]
+	exited "$PROXY_PID" 100 || true
+	[ "$EXIT_ST" = 0 ]
 	[ -z "$(pgrep -P "$PROXY_PID")" ]
 }
 

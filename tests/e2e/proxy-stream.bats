@@ -122,5 +122,5 @@ stamp() {
 	head -1 "$T/slow.out" | grep -q '^HTTP/1.1 200'
 	[ "$after" -lt $((before + 20 * 1024)) ]
 	# Once the reader is gone the proxy lets go of the engine.
-	wait_for 40 0.05 sh -c "curl -sS --max-time 2 '$(eurl A)/control/events' | jq -e '.active == 0' >/dev/null"
+	wait_for 40 0.05 sh -c "curl -sS --max-time 2 '$(eurl A)/control/events' | jq '.active == 0' | grep -qx true"
 }
