@@ -344,7 +344,14 @@ prom_check() {
 	grep -q '^vllm:kv_cache_usage_perc{.*} 0.25$' <<<"$output"
 	grep -q '^vllm:gpu_cache_usage_perc{.*} 0.25$' <<<"$output"
 	grep -q '^vllm:prompt_tokens_total{.*} 398$' <<<"$output"
-	grep -q '^vllm:cache_config_info{block_size="16",.*num_gpu_blocks="100"} 1.0$' <<<"$output"
+	grep -qE '^vllm:cache_config_info\{block_size="16",.*num_gpu_blocks="100"\} 1(\.0)?$' <<<"$output"
+	# counters follow the engine's totals across scrapes
+	grep -q '^vllm:request_success_total{.*} 1$' <<<"$output"
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens: 3'
+	run -0 curl -sS --max-time 10 "$URL/metrics"
+	grep -q '^vllm:request_success_total{.*} 2$' <<<"$output"
+	grep -q '^vllm:generation_tokens_total{.*} 5$' <<<"$output"
+	grep -q '^# TYPE vllm:prompt_tokens_total counter$' <<<"$output"
 	# The grammar check can fail.
 	run -1 prom_check <<<'vllm:x{a="b} 1'
 	run -1 prom_check <<<'vllm:x 1 2 3'

@@ -46,12 +46,15 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "sg_metrics.h"
 #include "sg_snapshot.h"
 #include "sg-mockengine/mock.h"
 
 #define MAX_BODY	(16u << 20)
 
 typedef struct mreq mreq;
+
+#define MX_N	9	/* /metrics families fed from the engine */
 
 typedef struct mock {
 	const mock_opts		*o;
@@ -66,6 +69,8 @@ typedef struct mock {
 	double			 tick_ms;
 	bool			 stopping;	/* shutdown: no engine advances */
 	json_t			*seen;		/* header name -> count */
+	sg_metrics		*reg;		/* /metrics */
+	sg_series		*mx[MX_N];
 	uint64_t		 seen_requests;	/* API requests counted */
 } mock;
 
@@ -945,30 +950,112 @@ handle_stats(mock *m, struct evhttp_request *req)
 	send_json(req, 200, "OK", sg_cluster_to_json(&c));
 }
 
-/* Prometheus label value: escape backslash, quote and newline. */
-static void
-label_value(struct evbuffer *b, const char *s)
+/*
+ * /metrics: an sg_metrics registry with vLLM's names, labelled engine="0"
+ * and model_name.  At each scrape the gauges are set from the engine and
+ * the counters brought up to the engine's totals.
+ */
+enum {
+	MX_RUNNING, MX_WAITING, MX_KV_USAGE, MX_GPU_USAGE, MX_CACHE_QUERIES,
+	MX_CACHE_HITS, MX_PROMPT, MX_GENERATION, MX_SUCCESS,
+};
+
+static const struct mx_def {
+	int		 type;
+	const char	*name;
+	const char	*help;
+} mx_defs[MX_N] = {
+	{ SG_METRIC_GAUGE, "vllm:num_requests_running",
+	    "Number of requests in model execution batches." },
+	{ SG_METRIC_GAUGE, "vllm:num_requests_waiting",
+	    "Number of requests waiting to be processed." },
+	{ SG_METRIC_GAUGE, "vllm:kv_cache_usage_perc",
+	    "KV-cache usage. 1 means 100 percent usage." },
+	{ SG_METRIC_GAUGE, "vllm:gpu_cache_usage_perc",
+	    "GPU KV-cache usage. 1 means 100 percent usage." },
+	{ SG_METRIC_COUNTER, "vllm:prefix_cache_queries_total",
+	    "Prefix cache queries, in terms of number of queried tokens." },
+	{ SG_METRIC_COUNTER, "vllm:prefix_cache_hits_total",
+	    "Prefix cache hits, in terms of number of cached tokens." },
+	{ SG_METRIC_COUNTER, "vllm:prompt_tokens_total",
+	    "Number of prefill tokens processed." },
+	{ SG_METRIC_COUNTER, "vllm:generation_tokens_total",
+	    "Number of generation tokens processed." },
+	{ SG_METRIC_COUNTER, "vllm:request_success_total",
+	    "Count of successfully processed requests." },
+};
+
+/* The cache configuration, a constant info gauge at 1. */
+static int
+metrics_info(mock *m, sg_error *err)
 {
-	for (; *s != '\0'; s++) {
-		if (*s == '\\')
-			evbuffer_add(b, "\\\\", 2);
-		else if (*s == '"')
-			evbuffer_add(b, "\\\"", 2);
-		else if (*s == '\n')
-			evbuffer_add(b, "\\n", 2);
-		else
-			evbuffer_add(b, s, 1);
-	}
+	static const char *const labels[] = {
+		"block_size", "cache_dtype", "enable_prefix_caching", "engine",
+		"gpu_memory_utilization", "num_cpu_blocks", "num_gpu_blocks",
+		NULL,
+	};
+	uint64_t cap = eng_kv_capacity(m->e);
+	char bs[24], blocks[24];
+	const char *values[7];
+	sg_metric *f;
+	int rc;
+
+	snprintf(bs, sizeof(bs), "%u", (unsigned)m->o->eng.block_tokens);
+	snprintf(blocks, sizeof(blocks), "%" PRIu64,
+	    cap / m->o->eng.block_tokens);
+	values[0] = bs;
+	values[1] = "auto";
+	values[2] = cap > 0 ? "True" : "False";
+	values[3] = "0";
+	values[4] = "0.9";
+	values[5] = "0";
+	values[6] = blocks;
+	if ((rc = sg_metrics_family(m->reg, SG_METRIC_GAUGE,
+	    "vllm:cache_config_info", "Information of the LLMEngine "
+	    "CacheConfig", labels, NULL, 0, &f, err)) != 0)
+		return rc;
+	sg_series_set(sg_metric_series(f, values), 1);
+	return 0;
 }
 
-static void
-metric(struct evbuffer *b, const mock *m, const char *name, const char *type,
-    const char *help, double v)
+static int
+metrics_init(mock *m, sg_error *err)
 {
-	evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{engine=\"0\","
-	    "model_name=\"", name, help, name, type, name);
-	label_value(b, m->o->model);
-	evbuffer_add_printf(b, "\"} %.17g\n", v);
+	static const char *const labels[] = { "engine", "model_name", NULL };
+	const char *const values[] = { "0", m->o->model };
+	sg_metric *f;
+	size_t i;
+	int rc;
+
+	if ((rc = sg_metrics_new(&m->reg, SG_METRICS_ARENA_MIN, false,
+	    err)) != 0)
+		return rc;
+	for (i = 0; i < MX_N; i++) {
+		if ((rc = sg_metrics_family(m->reg, mx_defs[i].type,
+		    mx_defs[i].name, mx_defs[i].help, labels, NULL, 0, &f,
+		    err)) != 0)
+			return rc;
+		/* NULL (a model name that is not a valid label value):
+		 * the family is exposed without series */
+		m->mx[i] = sg_metric_series(f, values);
+	}
+	return metrics_info(m, err);
+}
+
+/* A counter brought up to the engine's total (totals never go down). */
+static void
+counter_to(sg_series *s, uint64_t total)
+{
+	double d = (double)total - sg_series_value(s);
+
+	if (d > 0)
+		sg_series_add(s, d);
+}
+
+static int
+evbuffer_sink(void *ctx, const char *p, size_t n)
+{
+	return evbuffer_add(ctx, p, n) == 0 ? 0 : -1;
 }
 
 static void
@@ -981,45 +1068,24 @@ handle_metrics(mock *m, struct evhttp_request *req)
 
 	fill_cluster(m, &c);
 	k = eng_counters_get(m->e);
-	if ((b = evbuffer_new()) == NULL) {
+	usage = c.kv_capacity_tokens > 0 ? (double)c.kv_used_tokens /
+	    (double)c.kv_capacity_tokens : 0;
+	sg_series_set(m->mx[MX_RUNNING], (double)c.running);
+	sg_series_set(m->mx[MX_WAITING], (double)eng_waiting(m->e));
+	sg_series_set(m->mx[MX_KV_USAGE], usage);
+	sg_series_set(m->mx[MX_GPU_USAGE], usage);
+	counter_to(m->mx[MX_CACHE_QUERIES], k->cache_queries);
+	counter_to(m->mx[MX_CACHE_HITS], k->cache_hits);
+	counter_to(m->mx[MX_PROMPT], k->prompt_tokens);
+	counter_to(m->mx[MX_GENERATION], k->generation_tokens);
+	counter_to(m->mx[MX_SUCCESS], k->requests_done);
+	if ((b = evbuffer_new()) == NULL ||
+	    sg_metrics_expose(m->reg, evbuffer_sink, b) != 0) {
+		if (b != NULL)
+			evbuffer_free(b);
 		evhttp_send_error(req, 500, "Internal Server Error");
 		return;
 	}
-	usage = c.kv_capacity_tokens > 0 ? (double)c.kv_used_tokens /
-	    (double)c.kv_capacity_tokens : 0;
-	metric(b, m, "vllm:num_requests_running", "gauge",
-	    "Number of requests in model execution batches.",
-	    (double)c.running);
-	metric(b, m, "vllm:num_requests_waiting", "gauge",
-	    "Number of requests waiting to be processed.",
-	    (double)eng_waiting(m->e));
-	metric(b, m, "vllm:kv_cache_usage_perc", "gauge",
-	    "KV-cache usage. 1 means 100 percent usage.", usage);
-	metric(b, m, "vllm:gpu_cache_usage_perc", "gauge",
-	    "GPU KV-cache usage. 1 means 100 percent usage.", usage);
-	metric(b, m, "vllm:prefix_cache_queries_total", "counter",
-	    "Prefix cache queries, in terms of number of queried tokens.",
-	    (double)k->cache_queries);
-	metric(b, m, "vllm:prefix_cache_hits_total", "counter",
-	    "Prefix cache hits, in terms of number of cached tokens.",
-	    (double)k->cache_hits);
-	metric(b, m, "vllm:prompt_tokens_total", "counter",
-	    "Number of prefill tokens processed.", (double)k->prompt_tokens);
-	metric(b, m, "vllm:generation_tokens_total", "counter",
-	    "Number of generation tokens processed.",
-	    (double)k->generation_tokens);
-	metric(b, m, "vllm:request_success_total", "counter",
-	    "Count of successfully processed requests.",
-	    (double)k->requests_done);
-	evbuffer_add_printf(b, "# HELP vllm:cache_config_info Information of "
-	    "the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"
-	    "vllm:cache_config_info{block_size=\"%u\",cache_dtype=\"auto\","
-	    "enable_prefix_caching=\"%s\",engine=\"0\","
-	    "gpu_memory_utilization=\"0.9\",num_cpu_blocks=\"0\","
-	    "num_gpu_blocks=\"%" PRIu64 "\"} 1.0\n",
-	    (unsigned)m->o->eng.block_tokens,
-	    c.kv_capacity_tokens > 0 ? "True" : "False",
-	    c.kv_capacity_tokens / m->o->eng.block_tokens);
 	set_header(req, "Content-Type", "text/plain; version=0.0.4; "
 	    "charset=utf-8");
 	evhttp_send_reply(req, 200, "OK", b);
@@ -1228,6 +1294,7 @@ mock_serve(const mock_opts *o)
 	struct event *sterm = NULL, *sint = NULL;
 	struct event_config *cfg = NULL;
 	struct sockaddr_storage ss;
+	sg_error err;
 	socklen_t sl = sizeof(ss);
 	const char *why = NULL;
 	char host[INET6_ADDRSTRLEN];
@@ -1250,6 +1317,12 @@ mock_serve(const mock_opts *o)
 		    e == EINVAL ? "bad value: " : strerror(e),
 		    e == EINVAL ? why : "", "");
 		return e == EINVAL ? EX_USAGE : EX_OSERR;
+	}
+	if (metrics_init(&m, &err) != 0) {
+		fprintf(stderr, "sg-mockengine: metrics: %s\n", err.text);
+		sg_metrics_free(m.reg);
+		eng_free(m.e);
+		return EX_OSERR;
 	}
 	/* Precise timers: libevent's default coarse monotonic clock ticks in
 	 * jiffies (4 ms here), which every engine event would wait for. */
@@ -1328,6 +1401,7 @@ out:
 	if (cfg != NULL)
 		event_config_free(cfg);
 	json_decref(m.seen);
+	sg_metrics_free(m.reg);
 	eng_free(m.e);
 	return rc;
 }
