@@ -55,7 +55,8 @@ struct dlog {
 /* --- affinity keys -------------------------------------------------------- */
 
 void
-dlog_affinity_key(const char *raw, size_t n, char out[DLOG_AFFINITY_KEY_LEN + 1])
+dlog_affinity_key(const char *raw, size_t n,
+    char out[DLOG_AFFINITY_KEY_LEN + 1])
 {
 	unsigned char h[crypto_hash_sha256_BYTES];
 

@@ -239,7 +239,7 @@ otlp_traceparent_format(const otlp_ctx *c, char out[OTLP_TRACEPARENT_LEN + 1])
 	out[55] = '\0';
 }
 
-/* --- exporter state --------------------------------------------------------- */
+/* --- exporter state ------------------------------------------------------ */
 
 struct buf {
 	char	*p;
@@ -778,7 +778,7 @@ on_body(char *p, size_t size, size_t n, void *arg)
 	return size * n;	/* the response is not needed */
 }
 
-/* --- batches ---------------------------------------------------------------- */
+/* --- batches ------------------------------------------------------------- */
 
 /* Move the first batch of the queue into the body and start the POST. */
 static void

@@ -214,7 +214,8 @@ void	otlp_exporter_shutdown(otlp_exporter *e, unsigned timeout_ms,
  */
 void	otlp_exporter_drain(otlp_exporter *e, unsigned timeout_ms);
 
-void	otlp_exporter_stats(const otlp_exporter *e, otlp_stats *st); /* NULL: zeros */
+/* Counters (all zero for a NULL exporter). */
+void	otlp_exporter_stats(const otlp_exporter *e, otlp_stats *st);
 
 /* Free (abandons anything queued or in flight).  NULL is a no-op. */
 void	otlp_exporter_free(otlp_exporter *e);
