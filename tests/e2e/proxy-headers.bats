@@ -121,7 +121,8 @@ never_forwarded() {
 	clusters A
 	start_proxy
 	req -H 'x-stargate-expected-queue-ms: 99999' -H 'x-stargate-retryable: true' \
-	    -H 'x-stargate-last-cluster-id: A'
+	    -H 'x-stargate-last-cluster-id: A' -H 'x-cache-affinity-key:  raw key 1 ' \
+	    -H 'x-routing-key: rk/1'
 	[ "$STATUS" = 200 ] || { show; return 1; }
 	run -0 curl -sS --max-time 5 "$(eurl A)/control/last-headers"
 	echo "$output"
@@ -130,6 +131,11 @@ never_forwarded() {
 	[ "$(jq 'has("x-stargate-retryable")' <<<"$output")" = false ]
 	[ "$(jq 'has("x-stargate-last-cluster-id")' <<<"$output")" = false ]
 	[ "$(jq -r '."x-model"' <<<"$output")" = dummy-model ]
+	# routing headers reach the engine as the client sent them (the
+	# engine's KV cache is keyed by the raw affinity key)
+	[ "$(jq -r '."x-cache-affinity-key"' <<<"$output")" = 'raw key 1' ]
+	[ "$(jq -r '."x-routing-key"' <<<"$output")" = rk/1 ]
+	[ "$(jq -r '."x-input-tokens"' <<<"$output")" = 100 ]
 }
 
 @test "responses carry x-stargate-cluster-id and the engine's own headers" {

@@ -95,6 +95,28 @@ stamp() {
 	[ "$STATUS" = 200 ] || { show; return 1; }
 }
 
+@test "a client that leaves a streamed sg-mockengine answer frees the engine slot within 1 s" {
+	# 1000 tokens at 20/s: a 50 s stream.
+	start_engine A -c 2 -t 1000 --decode-tps 20
+	clusters A
+	start_proxy
+	run -28 curl -sS -N --max-time 1 -H 'content-type: application/json' \
+	    -H 'x-request-id: d-2' -H 'x-model: dummy-model' -H 'x-input-tokens: 10' \
+	    --data-binary "$SCHAT" "$PROXY_URL/v1/chat/completions"
+	[[ $output == *"data: "* ]]
+	local t0=${EPOCHREALTIME/./} i st ms
+	for i in $(seq 1 100); do
+		st=$(estats A)
+		ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+		[ "$(jq .running <<<"$st")" = 0 ] && break
+		[ "$ms" -gt 1000 ] && break
+		sleep 0.05
+	done
+	echo "after $ms ms: $st"
+	[ "$(jq .running <<<"$st")" = 0 ]
+	[ "$ms" -le 1000 ]
+}
+
 @test "a slow reader of a long fast stream does not grow the proxy's memory without bound" {
 	# 96 MiB of SSE, written as fast as the proxy takes it.
 	start_fault A -c 2 --mode flood --flood-bytes $((96 << 20)) --chunk-bytes 4096
