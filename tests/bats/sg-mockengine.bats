@@ -539,3 +539,66 @@ wait_stats_1s() {
 	run -0 curl -sS --max-time 10 -D "$T/h" "$URL/control/reset-seen"
 	[ "$(status_code)" = 405 ]
 }
+
+@test "POST /v1/responses answers a Responses API object with output_text and usage" {
+	start -t 4
+	post /v1/responses '{"model":"dummy-model","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hello there"}]}]}' \
+	    -H 'x-input-tokens: 50'
+	[ "$(status_code)" = 200 ]
+	[ "$(j '.object')" = response ]
+	[[ $(j '.id') == resp_* ]]
+	[ "$(j '.status')" = completed ]
+	[ "$(j '.output[0].type')" = message ]
+	[ "$(j '.output[0].role')" = assistant ]
+	[ "$(j '.output[0].content[0].type')" = output_text ]
+	[ "$(j '.output[0].content[0].text')" = "Hello from the Stargate" ]
+	[ "$(j '.usage.input_tokens')" = 50 ]
+	[ "$(j '.usage.output_tokens')" = 4 ]
+	[ "$(j '.usage.total_tokens')" = 54 ]
+	[ -n "$(hdr x-kv-cache-hit)" ]
+	# max_output_tokens cuts the answer: incomplete
+	post /v1/responses '{"model":"dummy-model","input":"hi","max_output_tokens":2}'
+	[ "$(j '.status')" = incomplete ]
+	[ "$(j '.incomplete_details.reason')" = max_output_tokens ]
+	[ "$(j '.usage.output_tokens')" = 2 ]
+	post /v1/responses '{"model":"dummy-model","input":5}'
+	[ "$(status_code)" = 400 ]
+}
+
+@test "a streamed response is named SSE events ending with response.completed" {
+	start -t 3 --decode-tps 1000
+	post /v1/responses '{"model":"dummy-model","input":"hello there","stream":true}'
+	[[ $(hdr content-type) == text/event-stream* ]]
+	[ "$(grep -c '^event: response.output_text.delta$' <<<"$output")" = 3 ]
+	[ "$(grep '^event: ' <<<"$output" | head -1)" = "event: response.created" ]
+	[ "$(grep '^event: ' <<<"$output" | tail -1)" = "event: response.completed" ]
+	grep '^data: ' <<<"$output" | sed 's/^data: //' | jq -s -e '
+	    map(.sequence_number) == [0, 1, 2, 3, 4] and
+	    (map(select(.type == "response.output_text.delta") | .delta) | add) == "Hello from the" and
+	    .[-1].response.output[0].content[0].text == "Hello from the"' >/dev/null
+}
+
+@test "POST /v1/embeddings answers an embeddings list (float or base64)" {
+	start
+	post /v1/embeddings '{"model":"dummy-model","input":["a","b","a"],"dimensions":8}'
+	[ "$(status_code)" = 200 ]
+	[ "$(j '.object')" = list ]
+	[ "$(j '.data | length')" = 3 ]
+	[ "$(j '.data[1].object')" = embedding ]
+	[ "$(j '.data[1].index')" = 1 ]
+	[ "$(j '.data[0].embedding | length')" = 8 ]
+	# unit vectors, the same for the same input
+	[ "$(j '.data[0].embedding | map(. * .) | add | . > 0.999 and . < 1.001')" = true ]
+	[ "$(j '.data[0].embedding == .data[2].embedding and .data[0].embedding != .data[1].embedding')" = true ]
+	[ "$(j '.usage.prompt_tokens == .usage.total_tokens')" = true ]
+	post /v1/embeddings '{"model":"dummy-model","input":"hello","encoding_format":"base64"}'
+	[ "$(j '.data[0].embedding' | base64 -d | wc -c)" = 64 ]
+	post /v1/embeddings '{"model":"dummy-model","input":[]}'
+	[ "$(status_code)" = 400 ]
+	post /v1/embeddings '{"model":"dummy-model","input":"x","dimensions":0}'
+	[ "$(status_code)" = 400 ]
+	post /v1/embeddings '{"model":"dummy-model","input":"x","encoding_format":"int8"}'
+	[ "$(status_code)" = 400 ]
+	post /v1/embeddings '{"model":"other","input":"x"}'
+	[ "$(status_code)" = 404 ]
+}

@@ -45,6 +45,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
+#include <sodium.h>
 
 #include "sg_metrics.h"
 #include "sg_snapshot.h"
@@ -74,12 +75,15 @@ typedef struct mock {
 	uint64_t		 seen_requests;	/* API requests counted */
 } mock;
 
+/* What a request asks for. */
+enum kind { K_TEXT, K_CHAT, K_RESP, K_EMBED };
+
 struct mreq {
 	mock			*m;
 	struct evhttp_request	*req;		/* NULL once the client is gone */
 	struct evhttp_connection *conn;
 	uint32_t		 handle;	/* ENG_NONE until submitted */
-	bool			 chat;
+	int			 kind;		/* enum kind */
 	bool			 stream;
 	bool			 usage;		/* stream_options.include_usage */
 	bool			 limited;	/* max_tokens cut the answer */
@@ -92,6 +96,11 @@ struct mreq {
 	uint64_t		 key;
 	uint64_t		*blocks;
 	uint32_t		 nblocks;
+	uint64_t		*emb;		/* embeddings: a hash per input */
+	uint32_t		 nemb;
+	uint32_t		 dims;
+	bool			 b64;		/* encoding_format "base64" */
+	uint64_t		 seq;		/* responses stream: next event */
 	eng_info		 info;		/* copy at first token / done */
 	struct event		*tick;
 	struct event		*delay;
@@ -257,6 +266,7 @@ mreq_free(mreq *r)
 	if (r->watch != NULL)
 		event_free(r->watch);
 	free(r->blocks);
+	free(r->emb);
 	if (r->prev != NULL)
 		r->prev->next = r->next;
 	else
@@ -373,6 +383,18 @@ kv_headers(mreq *r)
 	    r->info.evicted_tokens);
 }
 
+/* The id of a response's message item: "msg_" and the response id's hex. */
+static const char *
+msg_id(const mreq *r)
+{
+	static char buf[64];
+
+	snprintf(buf, sizeof(buf), "msg_%s", r->id + 5);
+	return buf;
+}
+
+static json_t *resp_json(const mreq *r, bool done);
+
 /* One chunk object; delta text, or the finish chunk when finish != NULL. */
 static json_t *
 chunk_json(const mreq *r, const char *text, bool role, const char *finish)
@@ -380,7 +402,12 @@ chunk_json(const mreq *r, const char *text, bool role, const char *finish)
 	const mock *m = r->m;
 	json_t *choice, *o;
 
-	if (r->chat) {
+	if (r->kind == K_RESP)
+		return json_pack("{s:s,s:I,s:s,s:i,s:i,s:s}", "type",
+		    "response.output_text.delta", "sequence_number",
+		    (json_int_t)0, "item_id", msg_id(r), "output_index", 0,
+		    "content_index", 0, "delta", text != NULL ? text : "");
+	if (r->kind == K_CHAT) {
 		json_t *delta = json_object();
 
 		if (role)
@@ -397,29 +424,39 @@ chunk_json(const mreq *r, const char *text, bool role, const char *finish)
 	if (choice != NULL && finish == NULL)
 		json_object_set_new(choice, "finish_reason", json_null());
 	o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", r->id, "object",
-	    r->chat ? "chat.completion.chunk" : "text_completion", "created",
+	    r->kind == K_CHAT ? "chat.completion.chunk" : "text_completion",
+	    "created",
 	    (json_int_t)m->started, "model", m->o->model, "choices", choice);
 	return o;
 }
 
+/*
+ * One server-sent event: "data: <doc>".  A Responses API stream names its
+ * events ("event: <type>") and numbers them.
+ */
 static void
 sse(mreq *r, json_t *doc)
 {
 	struct evbuffer *b;
+	const char *type;
 	char *text;
 
 	if (doc == NULL)
 		return;
+	if (r->kind == K_RESP)
+		json_object_set_new(doc, "sequence_number",
+		    json_integer((json_int_t)r->seq++));
+	type = json_string_value(json_object_get(doc, "type"));
 	text = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	if (text == NULL || (b = evbuffer_new()) == NULL) {
-		free(text);
-		return;
+	if (text != NULL && (b = evbuffer_new()) != NULL) {
+		if (r->kind == K_RESP && type != NULL)
+			evbuffer_add_printf(b, "event: %s\n", type);
+		evbuffer_add_printf(b, "data: %s\n\n", text);
+		evhttp_send_reply_chunk(r->req, b);
+		evbuffer_free(b);
 	}
-	evbuffer_add_printf(b, "data: %s\n\n", text);
-	evhttp_send_reply_chunk(r->req, b);
-	evbuffer_free(b);
 	free(text);
+	json_decref(doc);
 }
 
 /* Stream tokens sent..upto-1. */
@@ -465,9 +502,12 @@ stream_start(mreq *r)
 	set_header(r->req, "Cache-Control", "no-cache");
 	evhttp_send_reply_start(r->req, 200, "OK");
 	r->started = true;
-	/* Role first, then the first token. */
-	if (r->chat)
+	/* Role (or the response in progress) first, then the first token. */
+	if (r->kind == K_CHAT)
 		sse(r, chunk_json(r, "", true, NULL));
+	else if (r->kind == K_RESP)
+		sse(r, json_pack("{s:s,s:o}", "type", "response.created",
+		    "response", resp_json(r, false)));
 	if (r->output > 1)
 		stream_tokens(r, 1);
 	r->tick = event_new(r->m->base, -1, EV_PERSIST, on_tick, r);
@@ -479,21 +519,17 @@ stream_start(mreq *r)
 	}
 }
 
-static void
-answer_unary(mreq *r)
+/* The answer text: r->output words (malloc'd; NULL on ENOMEM). */
+static char *
+answer_text(const mreq *r)
 {
-	const mock *m = r->m;
-	const char *finish = r->limited ? "length" : "stop";
-	json_t *choice, *doc;
-	char *text;
 	size_t len = 0, i;
+	char *text;
 
 	for (i = 0; i < r->output; i++)
 		len += strlen(words[i % NWORDS]);
-	if ((text = malloc(len + 1)) == NULL) {
-		evhttp_send_error(r->req, 500, "Internal Server Error");
-		return;
-	}
+	if ((text = malloc(len + 1)) == NULL)
+		return NULL;
 	text[0] = '\0';
 	for (i = 0, len = 0; i < r->output; i++) {
 		size_t n = strlen(words[i % NWORDS]);
@@ -501,7 +537,129 @@ answer_unary(mreq *r)
 		memcpy(text + len, words[i % NWORDS], n + 1);
 		len += n;
 	}
-	if (r->chat)
+	return text;
+}
+
+/* A Responses API response object: in progress (no output yet) or done. */
+static json_t *
+resp_json(const mreq *r, bool done)
+{
+	const mock *m = r->m;
+	json_t *o, *out;
+	char *text;
+
+	if (!done)
+		out = json_array();
+	else if ((text = answer_text(r)) == NULL)
+		return NULL;
+	else {
+		out = json_pack("[{s:s,s:s,s:s,s:s,s:[{s:s,s:s,s:[]}]}]",
+		    "type", "message", "id", msg_id(r), "status", "completed",
+		    "role", "assistant", "content", "type", "output_text",
+		    "text", text, "annotations");
+		free(text);
+	}
+	o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
+	    "response", "created_at", (json_int_t)m->started, "status",
+	    !done ? "in_progress" : r->limited ? "incomplete" : "completed",
+	    "model", m->o->model, "output", out);
+	if (o == NULL)
+		return NULL;
+	json_object_set_new(o, "incomplete_details", done && r->limited ?
+	    json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
+	json_object_set_new(o, "usage", !done ? json_null() :
+	    json_pack("{s:I,s:{s:I},s:I,s:{s:i},s:I}",
+	    "input_tokens", (json_int_t)r->input,
+	    "input_tokens_details", "cached_tokens",
+	    (json_int_t)r->info.reused_tokens,
+	    "output_tokens", (json_int_t)r->output,
+	    "output_tokens_details", "reasoning_tokens", 0,
+	    "total_tokens", (json_int_t)(r->input + r->output)));
+	return o;
+}
+
+/* One embedding: a unit vector drawn from the input's hash, as floats or
+ * as base64 of little-endian float32s. */
+static json_t *
+embedding_json(const mreq *r, uint32_t k)
+{
+	float *f;
+	unsigned char *bytes;
+	double sum = 0;
+	json_t *v = NULL;
+	char *b64;
+	uint32_t j;
+
+	if ((f = calloc(r->dims, sizeof(*f))) == NULL)
+		return NULL;
+	for (j = 0; j < r->dims; j++) {
+		uint64_t x = splitmix(r->emb[k] + j);
+
+		f[j] = (float)((double)(x >> 11) * 0x1p-52 - 1.0);
+		sum += (double)f[j] * (double)f[j];
+	}
+	for (j = 0; j < r->dims && sum > 0; j++)
+		f[j] = (float)(f[j] / sqrt(sum));
+	if (!r->b64) {
+		if ((v = json_array()) != NULL)
+			for (j = 0; j < r->dims; j++)
+				json_array_append_new(v, json_real(f[j]));
+	} else if ((bytes = malloc((size_t)r->dims * 4)) != NULL) {
+		size_t cap = sodium_base64_ENCODED_LEN((size_t)r->dims * 4,
+		    sodium_base64_VARIANT_ORIGINAL);
+
+		for (j = 0; j < r->dims; j++) {
+			uint32_t u;
+
+			memcpy(&u, &f[j], 4);
+			bytes[4 * j] = (unsigned char)u;
+			bytes[4 * j + 1] = (unsigned char)(u >> 8);
+			bytes[4 * j + 2] = (unsigned char)(u >> 16);
+			bytes[4 * j + 3] = (unsigned char)(u >> 24);
+		}
+		if ((b64 = malloc(cap)) != NULL) {
+			sodium_bin2base64(b64, cap, bytes, (size_t)r->dims * 4,
+			    sodium_base64_VARIANT_ORIGINAL);
+			v = json_string(b64);
+			free(b64);
+		}
+		free(bytes);
+	}
+	free(f);
+	return v == NULL ? NULL : json_pack("{s:s,s:I,s:o}", "object",
+	    "embedding", "index", (json_int_t)k, "embedding", v);
+}
+
+static json_t *
+embeddings_json(const mreq *r)
+{
+	json_t *data = json_array();
+	uint32_t k;
+
+	for (k = 0; k < r->nemb && data != NULL; k++) {
+		json_t *e = embedding_json(r, k);
+
+		if (e == NULL || json_array_append_new(data, e) != 0) {
+			json_decref(data);
+			return NULL;
+		}
+	}
+	return json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list",
+	    "data", data, "model", r->m->o->model, "usage", "prompt_tokens",
+	    (json_int_t)r->input, "total_tokens", (json_int_t)r->input);
+}
+
+static json_t *
+completion_json(const mreq *r)
+{
+	const mock *m = r->m;
+	const char *finish = r->limited ? "length" : "stop";
+	json_t *choice;
+	char *text;
+
+	if ((text = answer_text(r)) == NULL)
+		return NULL;
+	if (r->kind == K_CHAT)
 		choice = json_pack("{s:i,s:{s:s,s:s,s:n},s:n,s:s}", "index", 0,
 		    "message", "role", "assistant", "content", text,
 		    "refusal", "logprobs", "finish_reason", finish);
@@ -509,10 +667,27 @@ answer_unary(mreq *r)
 		choice = json_pack("{s:s,s:i,s:n,s:s}", "text", text, "index",
 		    0, "logprobs", "finish_reason", finish);
 	free(text);
-	doc = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", r->id, "object",
-	    r->chat ? "chat.completion" : "text_completion", "created",
-	    (json_int_t)m->started, "model", m->o->model, "choices", choice,
-	    "usage", usage_json(r));
+	return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", r->id, "object",
+	    r->kind == K_CHAT ? "chat.completion" : "text_completion",
+	    "created", (json_int_t)m->started, "model", m->o->model, "choices",
+	    choice, "usage", usage_json(r));
+}
+
+static void
+answer_unary(mreq *r)
+{
+	json_t *doc;
+
+	if (r->kind == K_RESP)
+		doc = resp_json(r, true);
+	else if (r->kind == K_EMBED)
+		doc = embeddings_json(r);
+	else
+		doc = completion_json(r);
+	if (doc == NULL) {
+		evhttp_send_error(r->req, 500, "Internal Server Error");
+		return;
+	}
 	kv_headers(r);
 	send_json(r->req, 200, "OK", doc);
 }
@@ -544,11 +719,18 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 		if (!r->started)
 			stream_start(r);
 		stream_tokens(r, r->output);
+		if (r->kind == K_RESP) {
+			sse(r, json_pack("{s:s,s:o}", "type", r->limited ?
+			    "response.incomplete" : "response.completed",
+			    "response", resp_json(r, true)));
+			evhttp_send_reply_end(r->req);
+			goto done;
+		}
 		sse(r, chunk_json(r, NULL, false, r->limited ? "length" :
 		    "stop"));
 		if (r->usage) {
 			json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
-			    "id", r->id, "object", r->chat ?
+			    "id", r->id, "object", r->kind == K_CHAT ?
 			    "chat.completion.chunk" : "text_completion",
 			    "created", (json_int_t)r->m->started, "model",
 			    r->m->o->model, "choices", "usage", usage_json(r));
@@ -567,6 +749,7 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 		evhttp_send_reply_end(r->req);
 	} else
 		answer_unary(r);
+done:
 	if (r->busy)
 		r->finished = true;
 	else
@@ -727,19 +910,212 @@ header_u64(struct evhttp_request *req, const char *name, uint64_t *out)
 	return 0;
 }
 
-static void
-handle_completion(mock *m, struct evhttp_request *req, bool chat)
+#define EMBED_INPUTS	2048		/* inputs per embeddings request */
+#define EMBED_VALUES	(1u << 20)	/* inputs x dimensions */
+
+/* Text bytes of a Responses API input item (a message or any item with
+ * content); false if it is not an object. */
+static bool
+item_bytes(const json_t *it, size_t *bytes)
 {
+	if (!json_is_object(it))
+		return false;
+	*bytes += content_bytes(json_object_get(it, "content"));
+	return true;
+}
+
+/*
+ * Check the request's input and measure it: *bytes of text, *parts (chat
+ * messages, response items, embedding inputs) and *ids (token ids given as
+ * numbers).  Returns NULL, or the 400 message in msg.
+ */
+static const char *
+measure_input(const json_t *root, int kind, size_t *bytes, size_t *parts,
+    size_t *ids, char *msg, size_t cap)
+{
+	const char *name = kind == K_CHAT ? "messages" : kind == K_TEXT ?
+	    "prompt" : "input";
+	json_t *in = json_object_get(root, name), *v;
+	size_t i, j;
+
+	*bytes = *parts = *ids = 0;
+	if (kind == K_CHAT && (!json_is_array(in) || json_array_size(in) == 0))
+		return "messages: expected a non-empty array";
+	if (json_is_string(in)) {
+		*bytes = json_string_length(in);
+		*parts = 1;
+		if (kind == K_CHAT)
+			return "messages: expected a non-empty array";
+	} else if (!json_is_array(in) || (kind == K_EMBED &&
+	    (json_array_size(in) == 0 || json_array_size(in) > EMBED_INPUTS)))
+		return kind == K_TEXT ? "prompt: expected a string or an array" :
+		    kind == K_RESP ? "input: expected a string or an array" :
+		    "input: expected a string or a non-empty array of at most "
+		    "2048 strings or token arrays";
+	json_array_foreach(in, i, v) {
+		(*parts)++;
+		if (kind == K_CHAT) {
+			if (!json_is_object(v) ||
+			    !json_is_string(json_object_get(v, "role"))) {
+				snprintf(msg, cap, "messages[%zu]: expected an "
+				    "object with a role", i);
+				return msg;
+			}
+			*bytes += content_bytes(json_object_get(v, "content"));
+		} else if (kind == K_RESP) {
+			if (!item_bytes(v, bytes)) {
+				snprintf(msg, cap, "input[%zu]: expected an "
+				    "object", i);
+				return msg;
+			}
+		} else if (json_is_string(v))
+			*bytes += json_string_length(v);
+		else if (json_is_integer(v))
+			(*ids)++;
+		else if (kind == K_EMBED && json_is_array(v)) {
+			json_t *t;
+
+			json_array_foreach(v, j, t)
+				if (json_is_integer(t))
+					(*ids)++;
+		} else if (kind == K_EMBED) {
+			snprintf(msg, cap, "input[%zu]: expected a string or "
+			    "an array of token ids", i);
+			return msg;
+		}
+	}
+	if (kind == K_EMBED && json_is_integer(json_array_get(in, 0)))
+		*parts = 1;	/* one input given as token ids */
+	v = json_object_get(root, "instructions");
+	if (kind == K_RESP && json_is_string(v))
+		*bytes += json_string_length(v);
+	return NULL;
+}
+
+/* The prompt's chain hashes of full blocks (cache lookup without a key). */
+static void
+hash_prompt(mreq *r, const json_t *root)
+{
+	json_t *in = json_object_get(root, r->kind == K_CHAT ? "messages" :
+	    r->kind == K_TEXT ? "prompt" : "input"), *v;
+	size_t i;
+	chain ch;
+
+	memset(&ch, 0, sizeof(ch));
+	ch.h = ENG_FNV_OFFSET;
+	ch.bsize = (size_t)r->m->o->eng.block_tokens * 4;
+	if (r->kind == K_RESP)
+		chain_content(&ch, json_object_get(root, "instructions"));
+	if ((r->kind == K_CHAT || r->kind == K_RESP) && json_is_array(in))
+		json_array_foreach(in, i, v) {
+			chain_content(&ch, json_object_get(v, "role"));
+			chain_content(&ch, json_object_get(v, "content"));
+		}
+	else
+		chain_content(&ch, in);
+	r->blocks = ch.blocks;
+	r->nblocks = ch.n;
+}
+
+/* Embeddings: options and one hash per input.  NULL, or a 400 message. */
+static const char *
+embed_setup(mreq *r, const json_t *root, size_t parts)
+{
+	json_t *in = json_object_get(root, "input");
+	json_t *v = json_object_get(root, "dimensions");
+	json_t *fmt = json_object_get(root, "encoding_format");
+	uint32_t k;
+
+	r->dims = 16;
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > 4096)
+			return "dimensions: expected an integer in 1..4096";
+		r->dims = (uint32_t)json_integer_value(v);
+	}
+	if (fmt != NULL && !json_is_null(fmt)) {
+		if (!json_is_string(fmt) || (strcmp(json_string_value(fmt),
+		    "float") != 0 && strcmp(json_string_value(fmt),
+		    "base64") != 0))
+			return "encoding_format: expected \"float\" or "
+			    "\"base64\"";
+		r->b64 = strcmp(json_string_value(fmt), "base64") == 0;
+	}
+	if ((uint64_t)parts * r->dims > EMBED_VALUES)
+		return "input: too many inputs for these dimensions";
+	r->nemb = (uint32_t)parts;
+	if ((r->emb = calloc(parts, sizeof(*r->emb))) == NULL)
+		return "out of memory";
+	for (k = 0; k < r->nemb; k++) {
+		const json_t *e = json_is_array(in) && r->nemb > 1 ?
+		    json_array_get(in, k) : in;
+		char *t = json_dumps(e, JSON_COMPACT | JSON_ENCODE_ANY);
+
+		r->emb[k] = t != NULL ? eng_fnv1a(ENG_FNV_OFFSET, t,
+		    strlen(t)) : k;
+		free(t);
+	}
+	return NULL;
+}
+
+/* Output length: x-output-tokens, else min(max tokens, --tokens); an
+ * embedding is one step.  -1 after answering 400. */
+static int
+output_length(mreq *r, struct evhttp_request *req, const json_t *root)
+{
+	json_t *v;
+	uint64_t hv;
+
+	r->output = r->m->o->tokens;
+	if (r->kind == K_EMBED) {
+		r->output = 1;
+		return 0;
+	}
+	v = json_object_get(root, r->kind == K_CHAT ? "max_completion_tokens" :
+	    r->kind == K_RESP ? "max_output_tokens" : "max_tokens");
+	if (!json_is_integer(v) && r->kind == K_CHAT)
+		v = json_object_get(root, "max_tokens");
+	if (json_is_integer(v) && json_integer_value(v) >= 1 &&
+	    (uint64_t)json_integer_value(v) < r->output) {
+		r->output = (uint64_t)json_integer_value(v);
+		r->limited = true;
+	}
+	switch (header_u64(req, "x-output-tokens", &hv)) {
+	case 0:
+		if (hv >= 1) {
+			r->output = hv > 1000000 ? 1000000 : hv;
+			r->limited = false;
+		}
+		return 0;
+	case -2:
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, "x-output-tokens: expected an unsigned integer");
+		return -1;
+	}
+	return 0;
+}
+
+static void
+bad_request(struct evhttp_request *req, const char *msg)
+{
+	send_error(req, 400, "Bad Request", "invalid_request_error", NULL, msg);
+}
+
+static void
+handle_completion(mock *m, struct evhttp_request *req, int kind)
+{
+	static const char *const prefix[] = {
+		[K_TEXT] = "cmpl-", [K_CHAT] = "chatcmpl-", [K_RESP] = "resp_",
+		[K_EMBED] = "embd-",
+	};
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
-	size_t len = evbuffer_get_length(in);
-	json_t *root = NULL, *v, *msgs = NULL, *prompt = NULL;
+	size_t len = evbuffer_get_length(in), bytes, parts, ids;
+	json_t *root = NULL, *v;
 	json_error_t je;
 	mreq *r = NULL;
-	uint64_t maxtok = 0, hv = 0;
-	const char *key;
+	uint64_t hv = 0;
+	const char *key, *bad;
 	char msg[320];
-	size_t bytes = 0, i;
-	chain ch;
 
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
 		send_error(req, 405, "Method Not Allowed",
@@ -751,14 +1127,12 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 	if (root == NULL || !json_is_object(root)) {
 		snprintf(msg, sizeof(msg), "request body is not a JSON object%s%s",
 		    root == NULL ? ": " : "", root == NULL ? je.text : "");
-		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, msg);
+		bad_request(req, msg);
 		goto out;
 	}
 	v = json_object_get(root, "model");
 	if (!json_is_string(v)) {
-		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, "model: expected a string");
+		bad_request(req, "model: expected a string");
 		goto out;
 	}
 	if (strcmp(json_string_value(v), m->o->model) != 0) {
@@ -768,47 +1142,14 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 		    "model_not_found", msg);
 		goto out;
 	}
-	if (chat) {
-		msgs = json_object_get(root, "messages");
-		if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-			send_error(req, 400, "Bad Request",
-			    "invalid_request_error", NULL,
-			    "messages: expected a non-empty array");
-			goto out;
-		}
-		for (i = 0; i < json_array_size(msgs); i++) {
-			json_t *mm = json_array_get(msgs, i);
-
-			if (!json_is_object(mm) ||
-			    !json_is_string(json_object_get(mm, "role"))) {
-				snprintf(msg, sizeof(msg), "messages[%zu]: "
-				    "expected an object with a role", i);
-				send_error(req, 400, "Bad Request",
-				    "invalid_request_error", NULL, msg);
-				goto out;
-			}
-			bytes += content_bytes(json_object_get(mm, "content"));
-		}
-	} else {
-		prompt = json_object_get(root, "prompt");
-		if (json_is_string(prompt))
-			bytes = json_string_length(prompt);
-		else if (json_is_array(prompt)) {
-			for (i = 0; i < json_array_size(prompt); i++)
-				if (json_is_string(json_array_get(prompt, i)))
-					bytes += json_string_length(
-					    json_array_get(prompt, i));
-		} else {
-			send_error(req, 400, "Bad Request",
-			    "invalid_request_error", NULL,
-			    "prompt: expected a string or an array");
-			goto out;
-		}
+	if ((bad = measure_input(root, kind, &bytes, &parts, &ids, msg,
+	    sizeof(msg))) != NULL) {
+		bad_request(req, bad);
+		goto out;
 	}
 	v = json_object_get(root, "stream");
 	if (v != NULL && !json_is_boolean(v) && !json_is_null(v)) {
-		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, "stream: expected a boolean");
+		bad_request(req, "stream: expected a boolean");
 		goto out;
 	}
 	if ((r = calloc(1, sizeof(*r))) == NULL) {
@@ -818,33 +1159,14 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 	r->m = m;
 	r->req = req;
 	r->handle = ENG_NONE;
-	r->chat = chat;
-	r->stream = json_is_true(v);
+	r->kind = kind;
+	r->stream = kind != K_EMBED && json_is_true(v);
 	r->usage = r->stream && json_is_true(json_object_get(
 	    json_object_get(root, "stream_options"), "include_usage"));
-	/* Output length: x-output-tokens, else min(max tokens, --tokens). */
-	r->output = m->o->tokens;
-	v = json_object_get(root, chat ? "max_completion_tokens" :
-	    "max_tokens");
-	if (!json_is_integer(v))
-		v = json_object_get(root, "max_tokens");
-	if (json_is_integer(v) && json_integer_value(v) >= 1) {
-		maxtok = (uint64_t)json_integer_value(v);
-		if (maxtok < r->output) {
-			r->output = maxtok;
-			r->limited = true;
-		}
-	}
-	switch (header_u64(req, "x-output-tokens", &hv)) {
-	case 0:
-		if (hv >= 1) {
-			r->output = hv > 1000000 ? 1000000 : hv;
-			r->limited = false;
-		}
-		break;
-	case -2:
-		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, "x-output-tokens: expected an unsigned integer");
+	if (output_length(r, req, root) != 0)
+		goto fail;
+	if (kind == K_EMBED && (bad = embed_setup(r, root, parts)) != NULL) {
+		bad_request(req, bad);
 		goto fail;
 	}
 	/* Input length: x-input-tokens, else ~4 bytes per token. */
@@ -853,13 +1175,12 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 		r->input = hv;
 		break;
 	case -2:
-		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, "x-input-tokens: expected an unsigned integer");
+		bad_request(req, "x-input-tokens: expected an unsigned integer");
 		goto fail;
 	default:
-		r->input = (bytes + 3) / 4;
-		if (chat && r->input < json_array_size(msgs))
-			r->input = json_array_size(msgs);
+		r->input = (bytes + 3) / 4 + ids;
+		if (kind == K_CHAT && r->input < parts)
+			r->input = parts;
 	}
 	if (r->input == 0)
 		r->input = 1;
@@ -870,27 +1191,11 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 		r->key = eng_fnv1a(ENG_FNV_OFFSET, key, strlen(key));
 		if (r->key == 0)
 			r->key = 1;
-	} else {
-		memset(&ch, 0, sizeof(ch));
-		ch.h = ENG_FNV_OFFSET;
-		ch.bsize = (size_t)m->o->eng.block_tokens * 4;
-		if (chat)
-			for (i = 0; i < json_array_size(msgs); i++) {
-				json_t *mm = json_array_get(msgs, i);
-
-				chain_content(&ch, json_object_get(mm, "role"));
-				chain_content(&ch, json_object_get(mm,
-				    "content"));
-			}
-		else
-			chain_content(&ch, prompt);
-		r->blocks = ch.blocks;
-		r->nblocks = ch.n;
-	}
+	} else
+		hash_prompt(r, root);
 	m->counter++;
-	snprintf(r->id, sizeof(r->id), "%s-%016" PRIx64 "%08" PRIx64,
-	    chat ? "chatcmpl" : "cmpl", splitmix(m->o->seed ^ m->counter),
-	    m->counter);
+	snprintf(r->id, sizeof(r->id), "%s%016" PRIx64 "%08" PRIx64,
+	    prefix[kind], splitmix(m->o->seed ^ m->counter), m->counter);
 	r->conn = evhttp_request_get_connection(req);
 	if (r->conn != NULL)
 		evhttp_connection_set_closecb(r->conn, on_close, r);
@@ -913,6 +1218,7 @@ handle_completion(mock *m, struct evhttp_request *req, bool chat)
 	submit(r);
 	goto out;
 fail:
+	free(r->emb);
 	free(r);
 out:
 	json_decref(root);
@@ -1212,9 +1518,13 @@ route(struct evhttp_request *req, void *arg)
 	if (strncmp(path, "/v1/", 4) == 0)
 		seen_count(m, req);
 	if (strcmp(path, "/v1/chat/completions") == 0)
-		handle_completion(m, req, true);
+		handle_completion(m, req, K_CHAT);
 	else if (strcmp(path, "/v1/completions") == 0)
-		handle_completion(m, req, false);
+		handle_completion(m, req, K_TEXT);
+	else if (strcmp(path, "/v1/responses") == 0)
+		handle_completion(m, req, K_RESP);
+	else if (strcmp(path, "/v1/embeddings") == 0)
+		handle_completion(m, req, K_EMBED);
 	else if (strcmp(path, "/control/hold") == 0)
 		handle_hold(m, req);
 	else if (strcmp(path, "/control/release") == 0)
