@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "sg_common.h"
+#include "sg_lcconf.h"
 #include "sg_store.h"
 #include "common/cli.h"
 
@@ -121,17 +122,6 @@ fail(int rc, enum phase ph, const sg_error *e, const char *what)
 }
 
 /* --- option values ------------------------------------------------------- */
-
-static int
-parse_ttl(const char *s, uint64_t *ms)
-{
-	uint64_t ns;
-
-	if (sg_parse_duration(s, &ns) != 0 || ns == 0)
-		return -1;
-	*ms = (ns + 999999) / 1000000;	/* sub-millisecond rounds up */
-	return 0;
-}
 
 static int
 parse_count(const char *s, uint64_t *n)
@@ -584,39 +574,49 @@ cmd_load(struct ctx *c, int argc, char *argv[])
 
 /* --- main ---------------------------------------------------------------- */
 
+/*
+ * The STARGATE_LAST_CLUSTER_* environment through sg_lcconf (the rules
+ * sg-proxy reads too), then flags through the same setter: flags win, and
+ * a bad value names its variable or flag.  ENABLED and LOOKUP_TIMEOUT mean
+ * nothing here but are checked all the same: one environment file serves
+ * both programs, and a bad value in it should fail loudly everywhere.
+ */
 static int
-env_opts(sg_store_opts *o)
+env_opts(sg_lcconf *lc)
 {
-	const char *v;
+	sg_error e;
 
-	if ((v = getenv("STARGATE_LAST_CLUSTER_STORE")) != NULL && *v != '\0')
-		o->path = v;
-	if ((v = getenv("STARGATE_LAST_CLUSTER_TTL")) != NULL && *v != '\0' &&
-	    parse_ttl(v, &o->ttl_ms) != 0) {
-		cli_complain(NULL, 0,
-		    "STARGATE_LAST_CLUSTER_TTL: not a duration > 0: '%s'", v);
-		return -1;
-	}
-	if ((v = getenv("STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES")) != NULL &&
-	    *v != '\0' && parse_count(v, &o->max_entries) != 0) {
-		cli_complain(NULL, 0,
-		    "STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES: not an integer "
-		    "> 0: '%s'", v);
+	sg_error_clear(&e);
+	if (sg_lcconf_from_env(lc, getenv, &e) != 0) {
+		cli_complain(NULL, 0, "%s", e.text);
 		return -1;
 	}
 	return 0;
+}
+
+/* A flag that maps onto a variable; exits 64 on a bad value. */
+static void
+flag_opt(sg_lcconf *lc, const char *var, const char *flag, const char *v)
+{
+	sg_error e;
+
+	sg_error_clear(&e);
+	if (sg_lcconf_set(lc, var, v, flag, &e) != 0)
+		cli_usage_error("%s", e.text);
 }
 
 int
 main(int argc, char *argv[])
 {
 	struct ctx c;
+	sg_lcconf lc;
 	const char *cmd;
 	int ch, status;
 
 	memset(&c, 0, sizeof(c));
 	sg_store_opts_init(&c.o);
-	if (env_opts(&c.o) != 0)
+	sg_lcconf_init(&lc);
+	if (env_opts(&lc) != 0)
 		return EX_USAGE;
 	/* '+': options stop at the command. */
 	while ((ch = getopt_long(argc, argv, "+d:h", longopts, NULL)) != -1) {
@@ -624,19 +624,14 @@ main(int argc, char *argv[])
 		case 'd':
 			if (*optarg == '\0')
 				cli_usage(EX_USAGE);
-			c.o.path = optarg;
+			flag_opt(&lc, SG_LCCONF_STORE, "-d", optarg);
 			break;
 		case OPT_TTL:
-			if (parse_ttl(optarg, &c.o.ttl_ms) != 0) {
-				cli_usage_error("--ttl: not a duration > 0: "
-				    "'%s'", optarg);
-			}
+			flag_opt(&lc, SG_LCCONF_TTL, "--ttl", optarg);
 			break;
 		case OPT_MAX_ENTRIES:
-			if (parse_count(optarg, &c.o.max_entries) != 0) {
-				cli_usage_error("--max-entries: not an "
-				    "integer > 0: '%s'", optarg);
-			}
+			flag_opt(&lc, SG_LCCONF_MAX_ENTRIES, "--max-entries",
+			    optarg);
 			break;
 		case OPT_MAP_SIZE:
 			if (parse_bytes(optarg, &c.o.map_size) != 0) {
@@ -672,6 +667,7 @@ main(int argc, char *argv[])
 	argv += optind;
 	if (argc < 1)
 		cli_usage(EX_USAGE);
+	sg_lcconf_store_opts(&lc, &c.o);	/* lc lives to the end of main */
 	cmd = argv[0];
 	if (strcmp(cmd, "key") == 0)
 		status = cmd_key(argc, argv);
