@@ -21,6 +21,23 @@
 
 /* --- messages and exit ---------------------------------------------------- */
 
+/*
+ * getopt_long reports a bad option as "<argv[0]>: ...", and argv[0] is
+ * whatever path the program was started by.  Every message of ours reads
+ * "<progname>: ...", so before main() runs argv[0] is pointed at the
+ * program's name (glibc calls .init_array functions with argc, argv and
+ * envp).  /proc/PID/cmdline is untouched: only the pointer changes.
+ */
+static void
+cli_argv0(int argc, char **argv, char **envp)
+{
+	(void)envp;
+	if (argc > 0)
+		argv[0] = (char *)cli_progname;
+}
+__attribute__((section(".init_array"), used))
+static void (*const cli_argv0_init)(int, char **, char **) = cli_argv0;
+
 void
 cli_usage(int status)
 {
