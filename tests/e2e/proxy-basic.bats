@@ -9,10 +9,12 @@ load proxy_helpers
 
 setup() {
 	proxy_setup
+	# A and C serve dummy-model, B serves other-model
 	start_engine A -c 4 -t 3 --decode-tps 1000
 	start_engine B -c 4 -t 3 --decode-tps 1000 -m other-model
+	start_engine C -c 4 -t 3 --decode-tps 1000
 	write_clusters "$T/clusters.json" "$(cl_entry A)" \
-	    "$(cl_entry B '{"models": ["other-model", "dummy-model"]}')"
+	    "$(cl_entry B '{"models": ["other-model"]}')" "$(cl_entry C)"
 	start_proxy
 }
 
@@ -39,13 +41,13 @@ teardown() {
 	run -0 curl -sS --max-time 5 "$PROXY_URL/debug/state"
 	echo "$output" | head -c 2000
 	jq -e . <<<"$output" >/dev/null
-	[[ $output == *'"A"'* && $output == *'"B"'* ]]
+	[[ $output == *'"A"'* && $output == *'"B"'* && $output == *'"C"'* ]]
 }
 
 @test "unary chat and text completions are routed to a cluster serving the model" {
 	req
 	[ "$STATUS" = 200 ] || { show; return 1; }
-	[[ $CLUSTER == [AB] ]]
+	[[ $CLUSTER == [AC] ]]
 	[ "$(jq -r .object <<<"$BODY")" = chat.completion ]
 	[ "$(jq .usage.completion_tokens <<<"$BODY")" = 3 ]
 	REQ_PATH=/v1/completions REQ_BODY='{"model":"dummy-model","prompt":"hi"}' req
@@ -53,7 +55,7 @@ teardown() {
 	[ "$(jq -r .object <<<"$BODY")" = text_completion ]
 	# only B serves other-model
 	local i
-	for i in 1 2 3; do
+	for i in 1 2 3 4; do
 		REQ_BODY='{"model":"other-model","messages":[{"role":"user","content":"x"}]}' \
 		    req -H 'x-model: other-model'
 		[ "$STATUS" = 200 ] || { show; return 1; }
@@ -66,7 +68,7 @@ teardown() {
 	REQ_BODY='{"model":"nope","messages":[{"role":"user","content":"x"}]}' req
 	[ "$STATUS" = 404 ] || { show; return 1; }
 	[ "$(jq -r .error.code <<<"$BODY")" = model_not_found ]
-	[[ $CLUSTER == [AB] ]]
+	[[ $CLUSTER == [AC] ]]
 }
 
 @test "keep-alive: several requests on one client connection" {

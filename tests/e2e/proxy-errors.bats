@@ -21,7 +21,8 @@ teardown() {
 }
 
 # refused STATUS CODE: the last req was refused so, and the daemon still
-# serves a good request that reaches the engine.
+# serves a good request that reaches the engine.  The refusal's body is
+# kept in EBODY.
 refused() {
 	[ "$STATUS" = "$1" ] || { echo "expected $1 $2"; show; return 1; }
 	[ "$CODE" = "$2" ] || { echo "expected code $2"; show; return 1; }
@@ -29,6 +30,7 @@ refused() {
 	[[ $(hdr content-type) == application/json* ]] || { show; return 1; }
 	[ "$(jq 'has("error")' <<<"$BODY")" = true ] || { show; return 1; }
 	[ "$(seen_n A)" = 0 ] || { echo "the refused request reached the engine"; return 1; }
+	EBODY=$BODY
 	good
 	reset_seen A
 }
@@ -42,13 +44,13 @@ good() {
 @test "missing x-model is 400 invalid_request" {
 	OMIT=x-model req
 	refused 400 invalid_request
-	[[ $(jq -r .error <<<"$BODY") == *x-model* ]]
+	[[ $(jq -r .error <<<"$EBODY") == *x-model* ]]
 }
 
 @test "missing x-input-tokens is 400 invalid_request" {
 	OMIT=x-input-tokens req
 	refused 400 invalid_request
-	[[ $(jq -r .error <<<"$BODY") == *x-input-tokens* ]]
+	[[ $(jq -r .error <<<"$EBODY") == *x-input-tokens* ]]
 }
 
 @test "missing x-request-id is 400 invalid_request" {
@@ -61,7 +63,7 @@ good() {
 	refused 400 invalid_request
 	req -H 'x-priority: high'
 	refused 400 invalid_request
-	[[ $(jq -r .error <<<"$BODY") == *x-priority* ]]
+	[[ $(jq -r .error <<<"$EBODY") == *x-priority* ]]
 	req -H 'x-priority: 99999999999'	# wider than u32
 	refused 400 invalid_request
 	req -H 'x-max-wait-ms: -5'

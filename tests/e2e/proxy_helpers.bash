@@ -240,17 +240,25 @@ settle() {
 # req [curl options...]: POST $REQ_BODY (default $CHAT) to
 # $PROXY_URL$REQ_PATH (default /v1/chat/completions) with the default
 # headers x-request-id (unique per call), x-model: dummy-model and
-# x-input-tokens: 100, minus those named in $OMIT (space separated), plus
-# the options given.  Sets STATUS (000 when curl failed), BODY, CLUSTER
+# x-input-tokens: 100, minus those named in $OMIT (space separated) and
+# those the options give with -H, plus the options given.  Sets STATUS (000 when curl failed), BODY, CLUSTER
 # (x-stargate-cluster-id), CODE (.code of a JSON body, if any) and MS (the
 # elapsed milliseconds).  The response headers are in $T/h.  Returns
 # curl's exit status.
 req() {
-	local t0 t1 rc=0 h=()
+	local t0 t1 rc=0 h=() a prev= omit=" ${OMIT:-} "
 	REQN=$((REQN + 1))
-	[[ " ${OMIT:-} " == *" x-request-id "* ]] || h+=(-H "x-request-id: r-${BATS_TEST_NUMBER:-0}-$REQN")
-	[[ " ${OMIT:-} " == *" x-model "* ]] || h+=(-H 'x-model: dummy-model')
-	[[ " ${OMIT:-} " == *" x-input-tokens "* ]] || h+=(-H 'x-input-tokens: 100')
+	# a default header the caller gives itself is not added
+	for a in "$@"; do
+		if [ "$prev" = -H ]; then
+			a=${a%%[:;]*}
+			omit+=" ${a,,} "
+		fi
+		prev=$a
+	done
+	[[ $omit == *" x-request-id "* ]] || h+=(-H "x-request-id: r-${BATS_TEST_NUMBER:-0}-$REQN")
+	[[ $omit == *" x-model "* ]] || h+=(-H 'x-model: dummy-model')
+	[[ $omit == *" x-input-tokens "* ]] || h+=(-H 'x-input-tokens: 100')
 	: >"$T/h"
 	t0=${EPOCHREALTIME/./}
 	BODY=$(curl -sS --max-time "${REQ_MAX_TIME:-20}" -D "$T/h" \
