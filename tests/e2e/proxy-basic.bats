@@ -82,3 +82,25 @@ teardown() {
 	[ "$(grep -c '^200 ' <<<"$output")" = 3 ]
 	[ "$(awk '{ s += $2 } END { print s }' <<<"$output")" = 1 ]
 }
+
+@test "every OpenAI path is routed with its path and the body passed through byte for byte" {
+	stop_all
+	start_fault F -c 4 --mode ok
+	clusters F
+	start_proxy
+	local path body
+	body=$(printf '{"model": "dummy-model",\n  "input": "h\u00e9llo \xe2\x9c\x93",  "x": [1, 2.50, null]}\n\n')
+	for path in /v1/chat/completions /v1/completions /v1/responses /v1/embeddings; do
+		REQ_PATH=$path REQ_BODY=$body req
+		[ "$STATUS" = 200 ] || { show; return 1; }
+		[ "$CLUSTER" = F ]
+		run -0 curl -sS --max-time 5 "$(eurl F)/control/events"
+		[ "$(jq -r .last_path <<<"$output")" = "$path" ]
+		[ "$(jq -r .last_body_sha256 <<<"$output")" = "$(printf '%s' "$body" | sha256sum | cut -d' ' -f1)" ]
+	done
+	# a query string is kept too
+	REQ_PATH='/v1/chat/completions?api-version=2' REQ_BODY=$body req
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	run -0 curl -sS --max-time 5 "$(eurl F)/control/events"
+	[ "$(jq -r .last_path <<<"$output")" = '/v1/chat/completions?api-version=2' ]
+}

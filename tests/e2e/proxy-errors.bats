@@ -145,6 +145,18 @@ good() {
 	good
 }
 
+@test "more headers than --max-headers (100) are refused with a 4xx" {
+	local h=() i
+	for i in $(seq 1 150); do
+		h+=(-H "x-extra-$i: v")
+	done
+	REQ_MAX_TIME=5 req "${h[@]}"
+	show | head -3
+	[[ $STATUS == 4[0-9][0-9] ]]
+	[ "$(seen_n A)" = 0 ]
+	good
+}
+
 @test "unknown paths are 404 and wrong methods 405, as JSON" {
 	run -0 curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "$PROXY_URL/v2/nothing"
 	[ "$output" = 404 ]

@@ -88,6 +88,23 @@ retryable() {
 	retryable 429
 }
 
+@test "a retried request reaches the next cluster with the same body" {
+	start_fault A --mode status --status 503 --header 'x-stargate-retryable: true'
+	start_fault B --mode ok
+	clusters A B
+	lb_simple pulsar
+	start_proxy
+	local body
+	body=$(head -c 30000 /dev/urandom | base64 -w 76 | jq -Rsc '{model: "dummy-model", messages: [{role: "user", content: .}]}')
+	REQ_BODY=$body req -H "$KEY"
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	[ "$CLUSTER" = B ]
+	local want
+	want=$(printf '%s' "$body" | sha256sum | cut -d' ' -f1)
+	[ "$(curl -sS --max-time 5 "$(eurl A)/control/events" | jq -r .last_body_sha256)" = "$want" ]
+	[ "$(curl -sS --max-time 5 "$(eurl B)/control/events" | jq -r .last_body_sha256)" = "$want" ]
+}
+
 @test "a non-retryable 500 passes through unchanged, status, headers and body" {
 	local body='{"error":{"message":"boom","type":"server_error","code":"internal"}}'
 	start_fault A --mode status --status 500 --header 'x-engine-note: kept' --body "$body"
