@@ -231,6 +231,10 @@ uint64_t sgi_ring_entry_hash(const sgi_hashbuf *prefix, const char *id,
 	    size_t id_len, uint64_t vnode);
 uint64_t sgi_ring_key_hash(const sgi_hashbuf *prefix, const char *key,
 	    size_t key_len);
+/* sgi_ring_entry_hash() of virtual nodes v0..v0+nv-1 of one cluster into
+ * out[]; fastest after sgi_hb_prepare() (the shared blocks are mixed once). */
+void	 sgi_ring_entry_hashes(const sgi_hashbuf *prefix, const char *id,
+	    size_t id_len, uint64_t v0, size_t nv, uint64_t *out);
 /* prefix ‖ tag("cache_affinity_key", key or "") for pulsar (§4.6) */
 void	 sgi_pulsar_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
 uint64_t sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id,
@@ -312,14 +316,32 @@ void		 sgi_rcache_stats(const sgi_rcache *rc,
  * Per-decision scratch, owned by the router and grown (never shrunk) to the
  * largest snapshot: no allocation in steady state.
  */
+/* --- the wait-and-widen ring cache (sg_waw.c) ----------------------------- */
+
+typedef struct sgi_rings sgi_rings;
+
+struct sgi_ring_stats {
+	uint64_t	hits;		/* group read from a cached ring */
+	uint64_t	misses;		/* no cached ring for the request */
+	uint64_t	builds;		/* rings built and cached */
+	uint64_t	evictions;	/* rings dropped to stay in budget */
+	uint64_t	onepass;	/* groups found in one pass (no ring) */
+	uint64_t	ambiguous;	/* cached walks that fell back to it */
+	size_t		rings, bytes;	/* held now */
+};
+
+/*
+ * Per-decision scratch, owned by the router and grown (never shrunk) to the
+ * largest snapshot: no allocation in steady state.
+ */
 typedef struct sgi_scratch {
 	size_t		 cap;		/* candidates the arrays hold */
-	size_t		 ring_cap;	/* ring entries the ring arrays hold */
 	unsigned char	*excluded;	/* per candidate */
 	size_t		 excl_hi;	/* excluded[excl_hi..cap) are all 0 */
 	/*
-	 * Test hook: take the reference paths (full sorts, no ring cache, no
-	 * ranking cache) that the fast paths must agree with exactly.
+	 * Test hook: take the reference paths (full sorts, the ring built,
+	 * sorted and walked per decision, no ranking cache) that the fast
+	 * paths must agree with exactly.
 	 */
 	bool		 reference;
 	sgi_rcache	*rcache;	/* pulsar rankings; NULL: none (owned) */
@@ -328,17 +350,22 @@ typedef struct sgi_scratch {
 	size_t		*order;		/* affinity order / ranking */
 	double		*d1, *d2, *d3;	/* per-candidate estimates */
 	unsigned char	*flag;		/* per candidate: queue capacity */
-	uint64_t	*ring_hash;	/* ring entries, sorted */
-	uint32_t	*ring_idx;	/* candidate of each entry */
 	uint32_t	*mark;		/* generation stamps per candidate */
 	uint32_t	 mark_gen;	/* current stamp (never 0 in use) */
-	/* What the cached ring was built for (sg_waw.c). */
-	bool		 ring_valid;
-	uint64_t	 ring_ids;	/* snapshot ids version */
-	uint64_t	 ring_pfx;	/* XXH3 of the hash prefix (seed, rk, model) */
-	uint64_t	 ring_V;	/* virtual nodes */
-	size_t		 ring_len;	/* entries */
-	size_t		 ring_n;	/* candidates */
+	/*
+	 * Cached w-a-w rings (sg_waw.c), allocated on first use, within
+	 * ring_budget bytes (0: none are kept; every group takes one pass).
+	 */
+	sgi_rings	*rings;
+	size_t		 ring_budget;
+	/*
+	 * Test hook: cached rings keep only the top ring_coarse bits of each
+	 * entry hash (1..32; 0 means 32), so that truncation ties, which the
+	 * walk must detect and resolve exactly, become frequent.
+	 */
+	unsigned	 ring_coarse;
+	uint64_t	 st_onepass;	/* groups found in one pass */
+	uint64_t	 st_ambiguous;	/* cached walks that fell back */
 	/* round-robin counters live in the router */
 } sgi_scratch;
 
@@ -346,9 +373,15 @@ typedef struct sgi_scratch {
 struct sg_router;
 sgi_scratch	*sgi_router_scratch(struct sg_router *rt);
 
-/* Grow scratch for n candidates (and ring entries for V*n); SG_ENOMEM. */
-int	sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries);
+/* Grow scratch for n candidates; SG_ENOMEM. */
+int	sgi_scratch_reserve(sgi_scratch *s, size_t n);
 void	sgi_scratch_free(sgi_scratch *s);
+/* Drop cached rings until they fit in s->ring_budget. */
+void	sgi_rings_trim(sgi_scratch *s);
+void	sgi_rings_stats(const sgi_scratch *s, struct sgi_ring_stats *st);
+/* Bytes the cache charges for one ring of n candidates and V virtual nodes
+ * (SIZE_MAX when it is too large to cache). */
+size_t	sgi_ring_bytes(size_t n, uint64_t V);
 
 /* Common inputs of one algorithm call. */
 typedef struct sgi_ctx {

@@ -12,11 +12,13 @@
  * a decision allocates nothing in steady state).  Everything else is a pure
  * function of (router seed, definition, snapshot, request, elapsed).
  *
- * Caches never change a decision, only its cost: the consistent-hash ring
- * (keyed on the snapshot's ids version, sg_waw.c), the pulsar ranking cache
- * (sg_rcache.c, on by default, sg_router_set_cache) and the last resolution
- * of (model, no x-routing-method) to a definition (the configuration is
- * immutable, so the memo holds for the router's lifetime).  Exclusions are
+ * Caches never change a decision, only its cost: the consistent-hash rings
+ * (one per (routing key, model, snapshot ids version, virtual nodes),
+ * within a byte budget, sg_waw.c, sg_router_set_ring_cache_bytes), the
+ * pulsar ranking cache (sg_rcache.c, on by default, sg_router_set_cache)
+ * and the last 8 resolutions of (model, no x-routing-method) to a
+ * definition (the configuration is immutable, so the memo holds for the
+ * router's lifetime).  Exclusions are
  * marked in a per-candidate array that is cleared only where the previous
  * decision marked it.
  *
@@ -42,6 +44,7 @@
 #define POLL_MAX_MS	9
 
 #define MEMO_MODEL_MAX	128	/* longer model names are not memoised */
+#define MEMO_N		8	/* resolutions memoised */
 
 struct sg_router {
 	const sg_lbconf	*conf;		/* borrowed */
@@ -50,13 +53,18 @@ struct sg_router {
 	size_t		 ndefs;
 	sgi_scratch	 scratch;
 	/*
-	 * The last resolution without an x-routing-method header: model name
-	 * (or none) -> definition.  Resolution is a pure function of the
-	 * borrowed, immutable configuration and these inputs.
+	 * The last MEMO_N resolutions without an x-routing-method header:
+	 * model name (or none) -> definition, replaced in turn.  Resolution
+	 * is a pure function of the borrowed, immutable configuration and
+	 * these inputs.
 	 */
-	const sg_algdef	*memo_def;	/* NULL: empty */
-	bool		 memo_null;	/* memoised for model == NULL */
-	char		 memo_model[MEMO_MODEL_MAX + 1];
+	struct memo {
+		const sg_algdef	*def;		/* NULL: empty */
+		bool		 null;		/* memoised for model == NULL */
+		char		 model[MEMO_MODEL_MAX + 1];
+	}		 memo[MEMO_N];
+	size_t		 memo_next;	/* the entry replaced next */
+	size_t		 memo_last;	/* the entry hit last (looked at first) */
 };
 
 int
@@ -80,6 +88,7 @@ sg_router_new(sg_router **out, const sg_lbconf *conf, uint64_t seed,
 		free(rt);
 		return sg_seterr(err, SG_ENOMEM, "router: out of memory");
 	}
+	rt->scratch.ring_budget = SG_ROUTER_RING_CACHE_DEFAULT;
 	rt->conf = conf;
 	rt->seed = seed;
 	rt->ndefs = n;
@@ -98,6 +107,16 @@ sg_router_set_cache(sg_router *rt, bool enabled)
 	} else if (rt->scratch.rcache == NULL &&
 	    (rt->scratch.rcache = sgi_rcache_new()) == NULL)
 		return SG_ENOMEM;
+	return 0;
+}
+
+int
+sg_router_set_ring_cache_bytes(sg_router *rt, size_t bytes)
+{
+	if (rt == NULL)
+		return SG_EINVAL;
+	rt->scratch.ring_budget = bytes;
+	sgi_rings_trim(&rt->scratch);
 	return 0;
 }
 
@@ -121,35 +140,43 @@ sgi_router_scratch(sg_router *rt)
 
 /* The memoised definition for this request, or NULL. */
 static const sg_algdef *
-memo_get(const sg_router *rt, const sg_request *req)
+memo_get(sg_router *rt, const sg_request *req)
 {
-	if (rt->memo_def == NULL || req->routing_method != NULL ||
-	    req->routing_method_invalid)
+	size_t i;
+
+	if (req->routing_method != NULL || req->routing_method_invalid)
 		return NULL;
-	if (req->model == NULL)
-		return rt->memo_null ? rt->memo_def : NULL;
-	if (rt->memo_null || strcmp(rt->memo_model, req->model) != 0)
-		return NULL;
-	return rt->memo_def;
+	for (i = 0; i < MEMO_N; i++) {
+		const struct memo *m = &rt->memo[(rt->memo_last + i) % MEMO_N];
+
+		if (m->def == NULL)
+			continue;
+		if (req->model == NULL ? m->null : !m->null &&
+		    strcmp(m->model, req->model) == 0) {
+			rt->memo_last = (rt->memo_last + i) % MEMO_N;
+			return m->def;
+		}
+	}
+	return NULL;
 }
 
 static void
 memo_put(sg_router *rt, const sg_request *req, const sg_algdef *d)
 {
-	size_t len;
+	struct memo *m;
+	size_t len = 0;
 
 	if (req->routing_method != NULL || req->routing_method_invalid)
 		return;
-	if (req->model == NULL) {
-		rt->memo_null = true;
-		rt->memo_def = d;
+	if (req->model != NULL &&
+	    (len = strlen(req->model)) > MEMO_MODEL_MAX)
 		return;
-	}
-	if ((len = strlen(req->model)) > MEMO_MODEL_MAX)
-		return;
-	memcpy(rt->memo_model, req->model, len + 1);
-	rt->memo_null = false;
-	rt->memo_def = d;
+	m = &rt->memo[rt->memo_next];
+	rt->memo_next = (rt->memo_next + 1) % MEMO_N;
+	m->null = req->model == NULL;
+	if (req->model != NULL)
+		memcpy(m->model, req->model, len + 1);
+	m->def = d;
 }
 
 /* Resolve the definition and check require_cache_affinity_key. */
@@ -191,17 +218,9 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
     sg_request *req, double elapsed, uint64_t *rr, sgi_ctx *x, sg_error *err)
 {
 	sgi_scratch *s = &rt->scratch;
-	size_t n = sgi_snapshot_count(snap), ring = 0, i, ne;
-	uint64_t V;
+	size_t n = sgi_snapshot_count(snap), i, ne;
 
-	if (d->algorithm == SG_ALG_WAIT_AND_WIDEN && d->selection_count > 0 &&
-	    n > 0) {
-		V = d->virtual_nodes > 0 ? d->virtual_nodes : 1;
-		/* sgi_scratch_reserve decides what is worth caching */
-		ring = V <= SIZE_MAX / n ? (size_t)V * n : SIZE_MAX;
-	}
-	if ((n > s->cap || ring > s->ring_cap) &&
-	    sgi_scratch_reserve(s, n, ring) != 0)
+	if (n > s->cap && sgi_scratch_reserve(s, n) != 0)
 		return sg_seterr(err, SG_ENOMEM, "router: out of memory");
 	/* excluded[] is zero from excl_hi on: clear only what was marked */
 	if (s->excl_hi > 0) {

@@ -41,6 +41,25 @@ void	sg_router_free(sg_router *rt);		/* NULL is a no-op */
 int	sg_router_set_cache(sg_router *rt, bool enabled);
 
 /*
+ * Memory budget of the wait-and-widen ring cache, in bytes.  A ring
+ * depends on (seed, routing key, model, candidate ids, virtual nodes), so
+ * a router serving many tenants keeps one ring per (routing key, model,
+ * snapshot ids) it sees, each costing sgi_ring_bytes(): about 6 bytes per
+ * entry, 6 * candidates * virtual_nodes (58 KiB at 64 candidates and 150
+ * virtual nodes, 230 KiB at 256).  A ring is cached when first needed
+ * while the budget has room; once it is full, when needed a second time
+ * within the last few thousand misses, and the CLOCK hand evicts rings not
+ * used since it last passed.  A ring the cache does not hold costs one pass over
+ * its virtual-node hashes (nothing is sorted).  Decisions are the same at
+ * every budget; 0 keeps no ring and frees the cache.  The default,
+ * SG_ROUTER_RING_CACHE_DEFAULT (128 MiB), holds 300 (routing key, model)
+ * pairs at 256 candidates and 150 virtual nodes (about 70 MiB) or 2 000 at
+ * 64.  SG_EINVAL for a NULL router.
+ */
+#define SG_ROUTER_RING_CACHE_DEFAULT	((size_t)128 << 20)
+int	sg_router_set_ring_cache_bytes(sg_router *rt, size_t bytes);
+
+/*
  * Decide where req goes at elapsed_ms since it arrived:
  *  1. resolve the definition (ref §3.5) and check require_cache_affinity_key
  *     (request errors: SG_EREQUEST, err->status 400, nothing decided);

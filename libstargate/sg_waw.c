@@ -21,26 +21,29 @@
  * order.  new and stale sessions run with X' = 0 and s' = 1.0.
  *
  * The consistent-hash ring (V virtual nodes per candidate, sorted by
- * (hash, cluster_id, index)) is cached in the router's scratch together
- * with the identity of the ring it holds: the snapshot's ids version (which
- * stands for the ordered candidate ids, sg_snapshot.h), an XXH3 fingerprint
- * of the hash prefix (seed, routing key, model), V and its sizes.  Checking
- * it is O(1); a hit then costs the key hash, a binary search and a walk to
- * K distinct members (marked with generation stamps, so nothing is reset
- * per decision); a miss hashes n * V entries and sorts them.  A ring too
- * large for the cache (huge V) is never materialised: the group is then computed in one
- * pass by the rotated-distance rule (an entry's position in the walk from
- * the key is (hash - key_hash) mod 2^64), which gives the same group.
+ * (hash, cluster_id, index)) depends on (seed, routing key, model, the
+ * candidate ids, V), so a router serving many tenants needs many of them.
+ * Rings are cached per identity (the snapshot's ids version, which stands
+ * for the ordered candidate ids, sg_snapshot.h; an XXH3 fingerprint of the
+ * hash prefix (seed, routing key, model); V; n) within the scratch's byte
+ * budget (sg_router_set_ring_cache_bytes), compactly (32 hash bits and a
+ * 16-bit index per entry, a directory by top bits) and evicted by CLOCK.
+ * A hit costs the prefix fingerprint, the key hash, a short search and a
+ * walk to K distinct members (marked with generation stamps, so nothing is
+ * reset per decision).  A ring the cache does not hold is never built for
+ * one decision: the group is found in one pass over the n * V entry hashes
+ * by the rotated-distance rule (an entry's position in the walk from the
+ * key is (hash - key_hash) mod 2^64), which gives the same group; see
+ * group_onepass() and ring_walk() for why each is exact.
  *
- * Nothing here allocates except --explain's JSON and sgi_scratch_reserve.
+ * Nothing here allocates except --explain's JSON, sgi_scratch_reserve and
+ * a ring the cache builds (the second miss of its identity).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sg_internal.h"
-
-#define RING_MAX	((size_t)1 << 20) /* entries worth caching (12 MiB) */
 
 enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
 
@@ -129,13 +132,11 @@ grow(void **p, size_t n, size_t size)
 }
 
 /*
- * Grow the per-candidate arrays to n and the ring arrays to ring_entries
- * (a grown ring cache is invalid until rebuilt); rings larger than
- * RING_MAX are never cached, so they reserve nothing.  Capacities change only when every
+ * Grow the per-candidate arrays to n.  Capacities change only when every
  * array of the group has grown, so a failure leaves a usable scratch.
  */
 int
-sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
+sgi_scratch_reserve(sgi_scratch *s, size_t n)
 {
 	size_t cap;
 
@@ -160,20 +161,10 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n, size_t ring_entries)
 		s->mark_gen = 0;
 		s->cap = cap;
 	}
-	if (ring_entries > RING_MAX)
-		ring_entries = 0;	/* computed without the cache */
-	if (ring_entries > s->ring_cap) {
-		cap = s->ring_cap != 0 ? s->ring_cap : 64;
-		while (cap < ring_entries)
-			cap *= 2;
-		if (grow((void **)&s->ring_hash, cap, sizeof(uint64_t)) != 0 ||
-		    grow((void **)&s->ring_idx, cap, sizeof(uint32_t)) != 0)
-			return SG_ENOMEM;
-		s->ring_cap = cap;
-		s->ring_valid = false;
-	}
 	return 0;
 }
+
+static void	rings_free(sgi_rings *);
 
 void
 sgi_scratch_free(sgi_scratch *s)
@@ -189,8 +180,7 @@ sgi_scratch_free(sgi_scratch *s)
 	free(s->d3);
 	free(s->mark);
 	free(s->flag);
-	free(s->ring_hash);
-	free(s->ring_idx);
+	rings_free(s->rings);
 	sgi_rcache_free(s->rcache);
 	memset(s, 0, sizeof(*s));
 }
@@ -685,11 +675,77 @@ ring_sort(const struct waw *w, uint64_t *h, uint32_t *ix, size_t n)
 	}
 }
 
+/* A fresh generation stamp for marking walk members (reset on wrap). */
+static uint32_t
+fresh_mark(sgi_scratch *s)
+{
+	if (++s->mark_gen == 0) {
+		memset(s->mark, 0, s->cap * sizeof(*s->mark));
+		s->mark_gen = 1;
+	}
+	return s->mark_gen;
+}
+
 /*
- * The group by the rotated-distance rule, without materialising the ring:
- * each candidate's first position in the walk from the key is its minimum
- * (hash - key_hash) mod 2^64; the group is the m candidates with the
- * smallest (distance, id, index).  d2 holds the distances as raw bits.
+ * The reference: the ring of ref §4.5.3 built, sorted by (hash, cluster
+ * id, index) and walked from the first entry with hash >= kh, wrapping,
+ * collecting m distinct candidates.  Allocates (test hook only); returns 0
+ * when it cannot.
+ */
+static size_t
+group_reference(struct waw *w, const sgi_hashbuf *prefix, uint64_t kh,
+    uint64_t V, size_t m, size_t *group)
+{
+	size_t n = w->x->n, len, lo, i, pos, got = 0, k = 0;
+	uint64_t *h, v;
+	uint32_t *ix, gen;
+
+	if (n > UINT32_MAX || V > SIZE_MAX / sizeof(*h) / n)
+		return 0;
+	len = (size_t)(n * V);
+	h = malloc(len * sizeof(*h));
+	ix = malloc(len * sizeof(*ix));
+	if (h == NULL || ix == NULL)
+		goto out;
+	for (i = 0; i < n; i++)
+		for (v = 0; v < V; v++, k++) {
+			h[k] = sgi_ring_entry_hash(prefix, cl(w, i)->id,
+			    cl(w, i)->id_len, v);
+			ix[k] = (uint32_t)i;
+		}
+	ring_sort(w, h, ix, len);
+	for (lo = 0; lo < len && h[lo] < kh; lo++)
+		;
+	if (lo == len)
+		lo = 0;
+	gen = fresh_mark(w->s);
+	for (pos = lo, i = 0; got < m && i < len; i++) {
+		size_t c = ix[pos];
+
+		if (++pos == len)
+			pos = 0;
+		if (w->s->mark[c] == gen)
+			continue;
+		w->s->mark[c] = gen;
+		group[got++] = c;
+	}
+out:
+	free(h);
+	free(ix);
+	return got;
+}
+
+/*
+ * The group in one pass, without a ring.  The walk from the key meets the
+ * entries in ascending order of (hash - kh) mod 2^64 (the entries at or
+ * past kh first, in hash order, then, wrapped, those below it: subtracting
+ * kh modulo 2^64 is that rotation), with equal hashes in (cluster id,
+ * index) order as in the ring.  So a candidate is first met at its
+ * smallest rotated distance, and the group is the m candidates with the
+ * smallest (distance, cluster id, index): one pass over the n * V hashes
+ * keeping each candidate's minimum, then a selection of the m smallest
+ * (insertion into a sorted prefix when m is small, a full sort otherwise).
+ * d2 holds the distances as raw bits.
  */
 static int
 cmp_dist(const struct waw *w, size_t a, size_t b)
@@ -703,30 +759,443 @@ cmp_dist(const struct waw *w, size_t a, size_t b)
 	return ring_cmp(w, 0, (uint32_t)a, 0, (uint32_t)b);
 }
 
+#define ONEPASS_INSERT	16	/* larger groups are selected by sorting */
+#define VN_BATCH	64	/* virtual-node hashes per sgi_ring_entry_hashes */
+
 static size_t
-group_uncached(struct waw *w, const sgi_hashbuf *prefix, uint64_t kh,
+group_onepass(struct waw *w, const sgi_hashbuf *prefix, uint64_t kh,
     uint64_t V, size_t m, size_t *group)
 {
-	size_t i, n = w->x->n;
-	uint64_t v;
+	size_t i, j, got = 0, n = w->x->n;
+	uint64_t v, hv[VN_BATCH];
 
+	w->s->st_onepass++;
 	for (i = 0; i < n; i++) {
 		const sg_cluster *c = cl(w, i);
 		uint64_t best = UINT64_MAX;
 
-		for (v = 0; v < V; v++) {
-			uint64_t dist = sgi_ring_entry_hash(prefix, c->id,
-			    c->id_len, v) - kh;
+		for (v = 0; v < V; v += VN_BATCH) {
+			size_t nb = V - v < VN_BATCH ? (size_t)(V - v) :
+			    VN_BATCH;
 
-			if (dist < best)
-				best = dist;
+			sgi_ring_entry_hashes(prefix, c->id, c->id_len, v, nb,
+			    hv);
+			for (j = 0; j < nb; j++) {
+				uint64_t d = hv[j] - kh;
+
+				best = d < best ? d : best;
+			}
 		}
 		memcpy(&w->s->d2[i], &best, sizeof best);
-		w->s->idx[i] = i;
+		if (m > ONEPASS_INSERT) {
+			w->s->idx[i] = i;
+			continue;
+		}
+		/* keep group[0..got) the smallest so far, in order */
+		if (got == m && cmp_dist(w, i, group[got - 1]) > 0)
+			continue;
+		j = got < m ? got++ : got - 1;
+		for (; j > 0 && cmp_dist(w, i, group[j - 1]) < 0; j--)
+			group[j] = group[j - 1];
+		group[j] = i;
 	}
-	isort(w, w->s->idx, n, w->s->idx2, cmp_dist);
-	memcpy(group, w->s->idx, m * sizeof(*group));
+	if (m > ONEPASS_INSERT) {
+		isort(w, w->s->idx, n, w->s->idx2, cmp_dist);
+		memcpy(group, w->s->idx, m * sizeof(*group));
+	}
 	return m;
+}
+
+/*
+ * The ring cache.  A cached ring holds its entries sorted, as the top 32
+ * bits of each hash (hi[]) and the candidate index (ix[]), and a directory
+ * of 2^dbits ranges of hi[] by top bits (about 8 entries each), so a walk
+ * costs three cache misses however large the ring (directory, then hi[]
+ * and ix[] together).  Rings are found by a
+ * chained hash table on their identity (snapshot ids version, XXH3 of the
+ * hash prefix, V, n) and evicted by CLOCK.  A missing ring is built (n * V
+ * hashes, one counting pass, short insertion sorts) at once while the
+ * budget has room; once it is
+ * full, only the second time it is missed within a direct-mapped "ghost"
+ * table of recent misses, so under pressure an identity seen once costs
+ * only the one pass and evicts nothing.
+ *
+ * Truncation to 32 bits is exact or detected.  Let kt be the top 32 bits
+ * of kh.  Entries with top bits above kt hash above kh, those below it
+ * below kh, so when no entry's top bits equal kt, the walk's start is the
+ * first entry with hi > kt and the rotated order of hi agrees with the
+ * ring's on entries whose hi differ.  Hence if the first j+1 entries met
+ * have strictly increasing hi (rotated), the first j are exactly the
+ * ring's first j, in order: every other entry's hash is larger.  The walk
+ * checks exactly that (no entry equal to kt, no two consecutive entries
+ * met with equal hi, including the one after the last member) and
+ * otherwise falls back to the one pass.  With 32 bits, that happens about
+ * once in 2^32 / (n * V) walks.
+ */
+#define RING_GHOST	4096	/* recent misses remembered (power of 2) */
+#define RING_DIR_SHIFT	3	/* about 2^3 entries per directory range */
+#define RING_DIR_MAX	20
+
+struct ring {
+	uint64_t	 ids, pfx, V, fp;
+	size_t		 n, len, bytes;
+	unsigned	 dbits;
+	uint32_t	*hi;		/* len sorted top halves (the allocation) */
+	uint32_t	*dir;		/* 2^dbits + 1 range starts */
+	uint16_t	*ix;		/* len candidate indices */
+	uint32_t	 next;		/* chain, or free list; RNIL: end */
+	bool		 used, ref;
+};
+
+#define RNIL	UINT32_MAX
+
+struct sgi_rings {
+	struct ring	*slot;
+	uint32_t	 nslot, capslot, freelist, hand;
+	uint32_t	*bucket;	/* chain heads; nbucket a power of 2 */
+	uint32_t	 nbucket;
+	size_t		 bytes;
+	uint64_t	 ghost[RING_GHOST];
+	struct sgi_ring_stats st;
+};
+
+static unsigned
+ring_dbits(size_t len)
+{
+	unsigned b = 0;
+
+	while (b < RING_DIR_MAX && ((size_t)1 << (b + 1 + RING_DIR_SHIFT)) <=
+	    len)
+		b++;
+	return b;
+}
+
+size_t
+sgi_ring_bytes(size_t n, uint64_t V)
+{
+	size_t len;
+
+	if (n == 0 || n > SG_MAX_CANDIDATES || V > SIZE_MAX / 8 / n)
+		return SIZE_MAX;
+	len = (size_t)(n * V);
+	return sizeof(struct ring) + len * (sizeof(uint32_t) +
+	    sizeof(uint16_t)) + (((size_t)1 << ring_dbits(len)) + 1) *
+	    sizeof(uint32_t);
+}
+
+static uint64_t
+ring_fp(uint64_t ids, uint64_t pfx, uint64_t V, size_t n)
+{
+	uint64_t x = ids ^ (pfx * 0x9e3779b97f4a7c15ULL) ^
+	    (V * 0xc2b2ae3d27d4eb4fULL) ^ ((uint64_t)n << 40);
+
+	x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
+	return x ^ (x >> 29);
+}
+
+static struct ring *
+rings_find(sgi_rings *R, uint64_t fp, uint64_t ids, uint64_t pfx, uint64_t V,
+    size_t n)
+{
+	uint32_t i;
+
+	if (R == NULL || R->nbucket == 0)
+		return NULL;
+	for (i = R->bucket[fp & (R->nbucket - 1)]; i != RNIL;
+	    i = R->slot[i].next) {
+		struct ring *r = &R->slot[i];
+
+		if (r->fp == fp && r->ids == ids && r->pfx == pfx &&
+		    r->V == V && r->n == n)
+			return r;
+	}
+	return NULL;
+}
+
+static void
+rings_unlink(sgi_rings *R, uint32_t i)
+{
+	struct ring *r = &R->slot[i];
+	uint32_t *p = &R->bucket[r->fp & (R->nbucket - 1)];
+
+	while (*p != i)
+		p = &R->slot[*p].next;
+	*p = r->next;
+	R->bytes -= r->bytes;
+	R->st.rings--;
+	free(r->hi);
+	memset(r, 0, sizeof(*r));
+	r->next = R->freelist;
+	R->freelist = i;
+	R->st.evictions++;
+}
+
+/* CLOCK: drop rings until need more bytes fit in budget. */
+static void
+rings_evict(sgi_rings *R, size_t budget, size_t need)
+{
+	while (R->bytes > 0 && R->bytes > budget - need) {
+		struct ring *r;
+
+		if (R->hand >= R->nslot)
+			R->hand = 0;
+		r = &R->slot[R->hand];
+		if (r->used && r->ref)
+			r->ref = false;
+		else if (r->used)
+			rings_unlink(R, R->hand);
+		R->hand++;
+	}
+}
+
+void
+sgi_rings_trim(sgi_scratch *s)
+{
+	sgi_rings *R = s->rings;
+
+	if (R == NULL)
+		return;
+	rings_evict(R, s->ring_budget, 0);
+	if (s->ring_budget == 0) {
+		free(R->slot);
+		free(R->bucket);
+		free(R);
+		s->rings = NULL;
+	}
+}
+
+void
+sgi_rings_stats(const sgi_scratch *s, struct sgi_ring_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (s->rings != NULL) {
+		*st = s->rings->st;
+		st->bytes = s->rings->bytes;
+	}
+	st->onepass = s->st_onepass;
+	st->ambiguous = s->st_ambiguous;
+}
+
+static void
+rings_free(sgi_rings *R)
+{
+	uint32_t i;
+
+	if (R == NULL)
+		return;
+	for (i = 0; i < R->nslot; i++)
+		free(R->slot[i].hi);
+	free(R->slot);
+	free(R->bucket);
+	free(R);
+}
+
+/* A free slot, the table grown to keep chains short; RNIL on ENOMEM. */
+static uint32_t
+rings_slot(sgi_rings *R)
+{
+	uint32_t i, nb, *b;
+	struct ring *p;
+
+	if (R->freelist != RNIL) {
+		i = R->freelist;
+		R->freelist = R->slot[i].next;
+		return i;
+	}
+	if (R->nslot == R->capslot) {
+		uint32_t cap = R->capslot != 0 ? R->capslot * 2 : 16;
+
+		if (cap > RNIL / 2 ||
+		    (p = realloc(R->slot, cap * sizeof(*p))) == NULL)
+			return RNIL;
+		R->slot = p;
+		R->capslot = cap;
+	}
+	if (R->nslot >= R->nbucket) {
+		nb = R->nbucket != 0 ? R->nbucket * 2 : 32;
+		if ((b = malloc(nb * sizeof(*b))) == NULL)
+			return RNIL;
+		memset(b, 0xff, nb * sizeof(*b));	/* RNIL */
+		for (i = 0; i < R->nslot; i++)
+			if (R->slot[i].used) {
+				uint32_t h = (uint32_t)(R->slot[i].fp &
+				    (nb - 1));
+
+				R->slot[i].next = b[h];
+				b[h] = i;
+			}
+		free(R->bucket);
+		R->bucket = b;
+		R->nbucket = nb;
+	}
+	i = R->nslot++;
+	memset(&R->slot[i], 0, sizeof(R->slot[i]));
+	return i;
+}
+
+/*
+ * Sort the entries (hi << 16 | index, in e[0..len)) into r: a counting
+ * pass by the directory's top bits places them in their ranges (this is
+ * the directory), then each range, about 2^RING_DIR_SHIFT entries, is
+ * insertion-sorted by hi.  The order of equal hi values is left as it
+ * falls: the walk never relies on it.
+ */
+static void
+ring_place(struct ring *r, const uint64_t *e, uint32_t *cur)
+{
+	size_t nd = (size_t)1 << r->dbits, k, b, i, j;
+	unsigned sh = 48 - r->dbits;	/* entry -> directory range */
+
+	memset(r->dir, 0, (nd + 1) * sizeof(*r->dir));
+	for (k = 0; k < r->len; k++)
+		r->dir[(size_t)(e[k] >> sh) + 1]++;
+	for (b = 0; b < nd; b++) {
+		r->dir[b + 1] += r->dir[b];
+		cur[b] = r->dir[b];
+	}
+	for (k = 0; k < r->len; k++) {
+		size_t at = cur[(size_t)(e[k] >> sh)]++;
+
+		r->hi[at] = (uint32_t)(e[k] >> 16);
+		r->ix[at] = (uint16_t)(e[k] & 0xffff);
+	}
+	for (b = 0; b < nd; b++)
+		for (i = r->dir[b] + 1; i < r->dir[b + 1]; i++) {
+			uint32_t th = r->hi[i];
+			uint16_t ti = r->ix[i];
+
+			for (j = i; j > r->dir[b] && r->hi[j - 1] > th; j--) {
+				r->hi[j] = r->hi[j - 1];
+				r->ix[j] = r->ix[j - 1];
+			}
+			r->hi[j] = th;
+			r->ix[j] = ti;
+		}
+}
+
+/*
+ * Build and cache the ring for the prefix (prepared); NULL when it does not
+ * fit or memory runs out.
+ */
+static struct ring *
+ring_build(struct waw *w, const sgi_hashbuf *prefix, uint64_t fp,
+    uint64_t ids, uint64_t pfx, uint64_t V)
+{
+	sgi_scratch *s = w->s;
+	sgi_rings *R = s->rings;
+	size_t n = w->x->n, len = (size_t)(n * V), need, k = 0, i, j, nd;
+	unsigned coarse = s->ring_coarse >= 1 && s->ring_coarse < 32 ?
+	    s->ring_coarse : 32, dbits = ring_dbits(len);
+	uint32_t slot, mask, *cur = NULL;
+	uint64_t v, hv[VN_BATCH], *e = NULL;
+	struct ring *r = NULL;
+	void *mem;
+
+	if ((need = sgi_ring_bytes(n, V)) > s->ring_budget)
+		return NULL;
+	nd = (size_t)1 << dbits;
+	e = malloc(len * sizeof(*e));
+	cur = malloc(nd * sizeof(*cur));
+	if (e == NULL || cur == NULL)
+		goto out;
+	rings_evict(R, s->ring_budget, need);
+	if ((slot = rings_slot(R)) == RNIL)
+		goto out;
+	if ((mem = malloc(need - sizeof(struct ring))) == NULL) {
+		R->slot[slot].next = R->freelist;
+		R->freelist = slot;
+		goto out;
+	}
+	mask = coarse == 32 ? UINT32_MAX : ~(UINT32_MAX >> coarse);
+	for (i = 0; i < n; i++) {
+		const sg_cluster *c = cl(w, i);
+
+		for (v = 0; v < V; v += VN_BATCH) {
+			size_t nb = V - v < VN_BATCH ? (size_t)(V - v) :
+			    VN_BATCH;
+
+			sgi_ring_entry_hashes(prefix, c->id, c->id_len, v, nb,
+			    hv);
+			for (j = 0; j < nb; j++)
+				e[k++] = (uint64_t)((uint32_t)(hv[j] >> 32) &
+				    mask) << 16 | i;
+		}
+	}
+	r = &R->slot[slot];
+	r->ids = ids;
+	r->pfx = pfx;
+	r->V = V;
+	r->fp = fp;
+	r->n = n;
+	r->len = len;
+	r->bytes = need;
+	r->dbits = dbits;
+	r->hi = mem;
+	r->dir = r->hi + len;
+	r->ix = (uint16_t *)(r->dir + nd + 1);
+	ring_place(r, e, cur);
+	r->used = true;
+	r->ref = false;
+	r->next = R->bucket[fp & (R->nbucket - 1)];
+	R->bucket[fp & (R->nbucket - 1)] = slot;
+	R->bytes += need;
+	R->st.builds++;
+	R->st.rings++;
+out:
+	free(e);
+	free(cur);
+	return r;
+}
+
+/*
+ * Walk a cached ring from kh to m distinct candidates; 0 when truncated
+ * hashes tie where the order matters (then the caller takes one pass).
+ */
+static size_t
+ring_walk(sgi_scratch *s, const struct ring *r, uint64_t kh, size_t m,
+    size_t *group, unsigned coarse)
+{
+	const uint32_t *hi = r->hi;
+	uint32_t kt = (uint32_t)(kh >> 32), gen, prev = 0;
+	size_t b, lo, n, pos, got, i, len = r->len;
+
+	if (coarse >= 1 && coarse < 32)
+		kt &= ~(UINT32_MAX >> coarse);
+	b = (size_t)((uint64_t)kt >> (32 - r->dbits));
+	/* the first entry with hi >= kt is in [dir[b], dir[b + 1]] */
+	lo = r->dir[b];
+	n = r->dir[b + 1];
+	__builtin_prefetch(&hi[lo]);	/* two lines fetched together */
+	__builtin_prefetch(&r->ix[lo]);
+	while (lo < n) {
+		size_t mid = lo + (n - lo) / 2;
+
+		if (hi[mid] < kt)
+			lo = mid + 1;
+		else
+			n = mid;
+	}
+	if (lo < len && hi[lo] == kt)
+		return 0;
+	if (lo == len)
+		lo = 0;
+	gen = fresh_mark(s);
+	for (got = 0, pos = lo, i = 0; got < m && i < len; i++) {
+		size_t c = r->ix[pos];
+
+		if (i > 0 && hi[pos] == prev)
+			return 0;
+		prev = hi[pos];
+		if (++pos == len)
+			pos = 0;
+		if (s->mark[c] == gen)
+			continue;
+		s->mark[c] = gen;
+		group[got++] = c;
+	}
+	if (i < len && hi[pos] == prev)
+		return 0;	/* the next entry might come first */
+	return got;
 }
 
 /*
@@ -740,11 +1209,11 @@ affinity_group(struct waw *w, size_t *group)
 	sgi_scratch *s = w->s;
 	const char *key = x->req->cache_affinity_key;
 	uint64_t V = w->d->virtual_nodes > 0 ? w->d->virtual_nodes : 1;
-	size_t n = x->n, m = w->d->selection_count, entries, lo, hi, i, pos;
-	size_t got;
+	size_t n = x->n, m = w->d->selection_count, got;
 	sgi_hashbuf prefix;
-	uint64_t kh, ids, pfx;
-	uint32_t gen;
+	uint64_t kh, ids, pfx, fp, g;
+	struct ring *r;
+	sgi_rings *R;
 
 	if (m > n)
 		m = n;
@@ -752,68 +1221,42 @@ affinity_group(struct waw *w, size_t *group)
 		return 0;
 	sgi_ring_prefix(&prefix, w->d, x->req);
 	kh = sgi_ring_key_hash(&prefix, key, strlen(key));
-	if (n > UINT32_MAX || V > RING_MAX / n || n * V > s->ring_cap ||
-	    s->ring_hash == NULL || s->reference) {
-		if (!s->reference)
-			sgi_hb_prepare(&prefix);	/* n * V hashes */
-		return group_uncached(w, &prefix, kh, V, m, group);
+	if (s->reference && (got = group_reference(w, &prefix, kh, V, m,
+	    group)) == m)
+		return got;
+	if (s->reference || s->ring_budget == 0 ||
+	    sgi_ring_bytes(n, V) > s->ring_budget)
+		goto onepass;
+	if ((R = s->rings) == NULL) {
+		if ((R = calloc(1, sizeof(*R))) == NULL)
+			goto onepass;
+		R->freelist = RNIL;
+		s->rings = R;
 	}
-
-	entries = (size_t)(n * V);
 	ids = sg_snapshot_ids_version(x->snap);
 	pfx = sgi_hb_xxh3(&prefix);
-	if (!(s->ring_valid && s->ring_ids == ids && s->ring_pfx == pfx &&
-	    s->ring_V == V && s->ring_len == entries && s->ring_n == n)) {
-		size_t k = 0;
-		uint64_t v;
-
-		s->ring_valid = false;
-		sgi_hb_prepare(&prefix);	/* n * V hashes */
-		for (i = 0; i < n; i++) {
-			const sg_cluster *c = cl(w, i);
-
-			for (v = 0; v < V; v++, k++) {
-				s->ring_hash[k] = sgi_ring_entry_hash(&prefix,
-				    c->id, c->id_len, v);
-				s->ring_idx[k] = (uint32_t)i;
-			}
-		}
-		ring_sort(w, s->ring_hash, s->ring_idx, entries);
-		s->ring_valid = true;
-		s->ring_ids = ids;
-		s->ring_pfx = pfx;
-		s->ring_V = V;
-		s->ring_len = entries;
-		s->ring_n = n;
+	fp = ring_fp(ids, pfx, V, n);
+	if ((r = rings_find(R, fp, ids, pfx, V, n)) != NULL) {
+		R->st.hits++;
+		r->ref = true;
+	} else {
+		R->st.misses++;
+		g = R->ghost[fp & (RING_GHOST - 1)];
+		R->ghost[fp & (RING_GHOST - 1)] = fp;
+		if (g != fp && R->bytes + sgi_ring_bytes(n, V) >
+		    s->ring_budget)
+			goto onepass;	/* full, first miss: no ring yet */
+		sgi_hb_prepare(&prefix);
+		r = ring_build(w, &prefix, fp, ids, pfx, V);
+		if (r == NULL)
+			return group_onepass(w, &prefix, kh, V, m, group);
 	}
-
-	/* first entry with hash >= kh, wrapping to 0 (branch-free search) */
-	{
-		const uint64_t *base = s->ring_hash;
-
-		for (hi = entries; hi > 1; hi -= hi / 2)
-			base = base[hi / 2 - 1] < kh ? base + hi / 2 : base;
-		lo = (size_t)(base - s->ring_hash) + (*base < kh);
-	}
-	if (lo == entries)
-		lo = 0;
-	/* a fresh stamp marks this walk's members; reset only on wrap */
-	if (++s->mark_gen == 0) {
-		memset(s->mark, 0, s->cap * sizeof(*s->mark));
-		s->mark_gen = 1;
-	}
-	gen = s->mark_gen;
-	for (got = 0, pos = lo, i = 0; got < m && i < entries; i++) {
-		size_t c = s->ring_idx[pos];
-
-		if (++pos == entries)
-			pos = 0;
-		if (s->mark[c] == gen)
-			continue;
-		s->mark[c] = gen;
-		group[got++] = c;
-	}
-	return got;
+	if ((got = ring_walk(s, r, kh, m, group, s->ring_coarse)) == m)
+		return got;
+	s->st_ambiguous++;
+onepass:
+	sgi_hb_prepare(&prefix);	/* n * V hashes */
+	return group_onepass(w, &prefix, kh, V, m, group);
 }
 
 /* --- the session plan (ref §5) -------------------------------------------- */

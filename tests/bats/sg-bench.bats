@@ -45,7 +45,7 @@ teardown() {
 	for s in random round-robin power-of-n wait-and-widen pulsar \
 	    pulsar-wait-and-widen pulsar-nocache pwaw-nocache pulsar-cold-keys \
 	    waw-session-new waw-session-returning pwaw-session-new \
-	    pwaw-session-returning; do
+	    pwaw-session-returning waw-many-tenants waw-uncached-ring; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done

@@ -87,6 +87,81 @@ test_ring_entry_vector_matches_hand_built_bytes(void **state)
 	    XXH3_64bits(buf, n));
 }
 
+/* A small deterministic generator for the random tests below. */
+static uint64_t
+t_next(uint64_t *g)
+{
+	uint64_t z = (*g += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/*
+ * sgi_ring_entry_hashes() (the shared blocks mixed once) gives the same
+ * values as hashing every entry's bytes, over prefix and id lengths that
+ * cover both mid-size paths, the block boundaries and the plain call,
+ * prepared or not.
+ */
+static void
+test_ring_entry_hashes_match_one_by_one(void **state)
+{
+	unsigned char buf[1024], le[8];
+	char seed[200], rk[300], model[100], id[SG_ID_MAX];
+	uint64_t g = 99, out[70], v0;
+	sgi_hashbuf prefix;
+	sg_algdef d;
+	sg_request r;
+	size_t trial, i, j, k, n, ls, lr, lm, li, nv;
+
+	(void)state;
+	for (trial = 0; trial < 3000; trial++) {
+		ls = (size_t)(t_next(&g) % 40);
+		lr = (size_t)(t_next(&g) % (trial % 10 == 0 ? 280 : 60));
+		lm = (size_t)(t_next(&g) % 40);
+		li = 1 + (size_t)(t_next(&g) % (trial % 7 == 0 ? 256 : 40));
+		for (i = 0; i < ls; i++)
+			seed[i] = (char)('a' + t_next(&g) % 26);
+		seed[ls] = '\0';
+		for (i = 0; i < lr; i++)
+			rk[i] = (char)('a' + t_next(&g) % 26);
+		rk[lr] = '\0';
+		for (i = 0; i < lm; i++)
+			model[i] = (char)('A' + t_next(&g) % 26);
+		model[lm] = '\0';
+		for (i = 0; i < li; i++)
+			id[i] = (char)(1 + t_next(&g) % 255);
+		setdef(&d, seed);
+		memset(&r, 0, sizeof r);
+		r.routing_key = lr > 0 ? rk : NULL;
+		r.model = model;
+		sgi_ring_prefix(&prefix, &d, &r);
+		if (trial % 5 != 0)
+			sgi_hb_prepare(&prefix);
+		v0 = trial % 3 == 0 ? t_next(&g) : t_next(&g) % 200;
+		nv = 1 + (size_t)(t_next(&g) % 70);
+		sgi_ring_entry_hashes(&prefix, id, li, v0, nv, out);
+		for (k = 0; k < nv; k++) {
+			n = 0;
+			buf[n++] = 0x01;
+			n = put_tag(buf, n, "seed", seed, ls);
+			n = put_tag(buf, n, "routing_key", rk, lr);
+			n = put_tag(buf, n, "model_id", model, lm);
+			n = put_tag(buf, n, "cluster_id", id, li);
+			for (j = 0; j < 8; j++)
+				le[j] = (unsigned char)((v0 + k) >> (8 * j));
+			n = put_tag(buf, n, "virtual_node", le, 8);
+			if (out[k] != XXH3_64bits(buf, n))
+				fail_msg("trial %zu: entry %zu of %zu (prefix "
+				    "%zu bytes, id %zu)", trial, k, nv,
+				    prefix.len, li);
+			assert_true(out[k] == sgi_ring_entry_hash(&prefix, id,
+			    li, v0 + k));
+		}
+	}
+}
+
 static void
 test_ring_key_hash_layout(void **state)
 {
@@ -540,6 +615,7 @@ main(void)
 		cmocka_unit_test(test_pulsar_hashes_batch_equals_one_by_one),
 		cmocka_unit_test(test_ring_entry_vector_matches_hand_built_bytes),
 		cmocka_unit_test(test_ring_key_hash_layout),
+		cmocka_unit_test(test_ring_entry_hashes_match_one_by_one),
 		cmocka_unit_test(test_pulsar_vector_0x19443c44ec9f8abf),
 		cmocka_unit_test(test_long_affinity_key_hashes_all_bytes),
 		cmocka_unit_test(test_pulsar_score_is_weight_over_minus_ln_u),

@@ -791,7 +791,9 @@ prop_assert_same(const sg_decision *a, const sg_decision *b, size_t trial)
 }
 
 /*
- * Property: the fast paths (ring cache keyed on the ids version, bucket
+ * Property: the fast paths (ring cache keyed on the ids version and the
+ * hash prefix, the one-pass group without a ring, truncated ring hashes
+ * with their tie fallback, bucket
  * walks without a full sort, the ranking cache, pulsar's logarithm-sparing
  * argmax, the resolution memo, the exclusion bookkeeping) decide exactly
  * like the reference paths, over random snapshots, definitions and
@@ -805,6 +807,7 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	sg_lbconf *conf = fx_conf(PROP_CONF);
 	sg_router *fast = fx_router(conf, 7), *ref = fx_router(conf, 7);
 	sg_router *nocache = fx_router(conf, 7);
+	sg_router *noring = fx_router(conf, 7), *coarse = fx_router(conf, 7);
 	sg_snapshot *s = sg_snapshot_new(), *t = sg_snapshot_new();
 	static const char *const keys[] = { "k0", "k1", "k2", "k3", "k4",
 	    "k5", "a-longer-cache-affinity-key-0123456789", "", NULL };
@@ -812,11 +815,15 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	size_t round, j, i, trial = 0;
 	char rid[32], hint[16];
 	struct sgi_rcache_stats st;
+	struct sgi_ring_stats rs;
 
 	(void)state;
 	sgi_router_scratch(ref)->reference = true;
 	assert_int_equal(sg_router_set_cache(nocache, false), 0);
 	assert_null(sgi_router_scratch(nocache)->rcache);
+	/* rings: none cached (one pass), and cached with 6-bit hashes */
+	assert_int_equal(sg_router_set_ring_cache_bytes(noring, 0), 0);
+	sgi_router_scratch(coarse)->ring_coarse = 6;
 	prop_rebuild(&g, s);
 	for (round = 0; round < 1500; round++) {
 		size_t n;
@@ -849,8 +856,8 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 		n = sg_snapshot_count(s);
 		for (j = 0; j < 12; j++, trial++) {
 			const char *excl[8];
-			sg_request ra, rb, rc;
-			sg_decision da, db, dc;
+			sg_request ra, rb, rc, rd, re;
+			sg_decision da, db, dc, dd, de;
 			sg_error err;
 			double e;
 
@@ -886,14 +893,22 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 			e = (double)prop_below(&g, 5) * 7.5;
 			rb = ra;
 			rc = ra;
+			rd = ra;
+			re = ra;
 			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
 			    &err), 0);
 			assert_int_equal(sg_router_decide(ref, s, &rb, e, &db,
 			    &err), 0);
 			assert_int_equal(sg_router_decide(nocache, s, &rc, e,
 			    &dc, &err), 0);
+			assert_int_equal(sg_router_decide(noring, s, &rd, e,
+			    &dd, &err), 0);
+			assert_int_equal(sg_router_decide(coarse, s, &re, e,
+			    &de, &err), 0);
 			prop_assert_same(&da, &db, trial);
 			prop_assert_same(&dc, &db, trial);
+			prop_assert_same(&dd, &db, trial);
+			prop_assert_same(&de, &db, trial);
 			/* a later decision of the same request, classified */
 			e += 12.5;
 			assert_int_equal(sg_router_decide(fast, s, &ra, e, &da,
@@ -902,8 +917,14 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 			    &err), 0);
 			assert_int_equal(sg_router_decide(nocache, s, &rc, e,
 			    &dc, &err), 0);
+			assert_int_equal(sg_router_decide(noring, s, &rd, e,
+			    &dd, &err), 0);
+			assert_int_equal(sg_router_decide(coarse, s, &re, e,
+			    &de, &err), 0);
 			prop_assert_same(&da, &db, trial);
 			prop_assert_same(&dc, &db, trial);
+			prop_assert_same(&dd, &db, trial);
+			prop_assert_same(&de, &db, trial);
 		}
 	}
 	/* the cached side did use its cache, through every kind of change */
@@ -913,6 +934,15 @@ test_fast_paths_decide_like_the_reference_paths(void **state)
 	assert_true(st.weight_changes > 100);
 	sgi_rcache_stats(sgi_router_scratch(ref)->rcache, &st);
 	assert_true(st.hits + st.misses == 0);
+	/* the ring paths were all taken */
+	sgi_rings_stats(sgi_router_scratch(fast), &rs);
+	assert_true(rs.hits > 1000 && rs.builds > 50);
+	sgi_rings_stats(sgi_router_scratch(noring), &rs);
+	assert_true(rs.hits + rs.builds == 0 && rs.onepass > 1000);
+	sgi_rings_stats(sgi_router_scratch(coarse), &rs);
+	assert_true(rs.ambiguous > 100);
+	sg_router_free(noring);
+	sg_router_free(coarse);
 	sg_snapshot_free(s);
 	sg_snapshot_free(t);
 	sg_router_free(fast);

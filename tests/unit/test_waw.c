@@ -282,8 +282,8 @@ test_huge_ring_gives_the_same_group(void **state)
 	def.virtual_nodes = 400000;	/* 1.2M ring entries */
 	assert_int_equal(fx_ring_order(&def, &r, s, order), 3);
 	memset(&sc, 0, sizeof(sc));
-	assert_int_equal(sgi_scratch_reserve(&sc, 3, 3 * 400000), 0);
-	assert_int_equal(sc.ring_cap, 0);	/* not cached */
+	assert_int_equal(sgi_scratch_reserve(&sc, 3), 0);
+	assert_null(sc.rings);	/* budget 0: not cached */
 	memset(sc.excluded, 0, 3);
 	memset(&x, 0, sizeof(x));
 	x.def = &def;
@@ -305,6 +305,247 @@ test_huge_ring_gives_the_same_group(void **state)
 	json_decref(ex);
 	sgi_scratch_free(&sc);
 	sg_snapshot_free(s);
+	sg_lbconf_free(conf);
+}
+
+/* --- ring paths: cached, one pass, reference ------------------------------- */
+
+static uint64_t
+rp_next(uint64_t *g)
+{
+	uint64_t z = (*g += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* The affinity group of one --explain, as candidate indices. */
+static size_t
+rp_group(sg_router *rt, const sg_snapshot *s, const sg_request *r,
+    size_t *out)
+{
+	json_t *ex = NULL, *g;
+	sg_error err;
+	size_t i, n;
+
+	assert_int_equal(sg_router_explain(rt, s, r, 0, &ex, &err), 0);
+	g = json_object_get(ex, "affinity_group");
+	n = json_array_size(g);
+	for (i = 0; i < n; i++) {
+		const char *id = json_string_value(json_array_get(g, i));
+		long k = sg_snapshot_find(s, id, strlen(id));
+
+		assert_true(k >= 0);
+		out[i] = (size_t)k;
+	}
+	json_decref(ex);
+	return n;
+}
+
+#define RP_ROUTERS	5
+#define RP_MAXC		300
+
+/*
+ * Property: the affinity group is the same from a cached ring (default
+ * budget), a ring cache holding about two rings (evictions), a cache whose
+ * rings keep only a few top hash bits (truncation ties: the walk must
+ * detect them and fall back), no cache at all (the one pass), and the
+ * reference construction (the ring built, sorted by (hash, id, index) and
+ * walked), and for up to FX_MAXC candidates the fixture's own ring walk;
+ * over random snapshots (ids of random bytes and lengths), K, V, routing
+ * keys, models and cache-affinity keys.  Requests repeat their (routing
+ * key, model) so rings are built, hit and evicted.
+ */
+static void
+test_ring_paths_agree_on_random_inputs(void **state)
+{
+	static const char *const rks[] = { "tenant-a", "tenant-b", "t", NULL };
+	static const char *const models[] = { "m0", "m1", "m2" };
+	uint64_t g = 0xfeedULL;
+	size_t trial, i, j, k, n, K, V, ng[RP_ROUTERS], nref;
+	size_t grp[RP_ROUTERS][RP_MAXC], want[FX_MAXC];
+	struct sgi_ring_stats st[RP_ROUTERS], tot[RP_ROUTERS];
+	char cfg[1024], id[64], key[32];
+
+	(void)state;
+	memset(tot, 0, sizeof(tot));
+	for (trial = 0; trial < 160; trial++) {
+		sg_snapshot *s = sg_snapshot_new();
+		sg_router *rt[RP_ROUTERS];
+		sg_lbconf *conf;
+
+		n = trial % 8 == 0 ? 65 + (size_t)(rp_next(&g) % 230) :
+		    1 + (size_t)(rp_next(&g) % FX_MAXC);
+		K = 1 + (size_t)(rp_next(&g) % (trial % 5 == 0 ? n + 2 :
+		    4));
+		V = 1 + (size_t)(rp_next(&g) % (n > 64 ? 40 : 200));
+		snprintf(cfg, sizeof(cfg), "{\"models\":{"
+		    "\"m0\":{\"algorithm\":\"wait-and-widen\","
+		    "\"cache_affinity_backend_selection_count\":%zu,"
+		    "\"cache_affinity_virtual_nodes\":%zu},"
+		    "\"m1\":{\"algorithm\":\"wait-and-widen\","
+		    "\"cache_affinity_backend_selection_count\":%zu,"
+		    "\"cache_affinity_virtual_nodes\":%zu},"
+		    "\"m2\":{\"algorithm\":\"wait-and-widen\","
+		    "\"cache_affinity_backend_selection_count\":%zu,"
+		    "\"cache_affinity_virtual_nodes\":%zu}}}",
+		    K, V, K, V, K, V);
+		conf = fx_conf(cfg);
+		for (j = 0; j < RP_ROUTERS; j++)
+			rt[j] = fx_router(conf, 5);
+		assert_int_equal(sg_router_set_ring_cache_bytes(rt[1],
+		    2 * sgi_ring_bytes(n, V) + sgi_ring_bytes(n, V) / 2), 0);
+		sgi_router_scratch(rt[2])->ring_coarse = 1 +
+		    (unsigned)(rp_next(&g) % 14);
+		assert_int_equal(sg_router_set_ring_cache_bytes(rt[3], 0), 0);
+		sgi_router_scratch(rt[4])->reference = true;
+		for (i = 0; i < n; i++) {
+			size_t len = 1 + (size_t)(rp_next(&g) % 40);
+			sg_cluster c;
+
+			for (k = 0; k < len; k++)
+				id[k] = (char)('!' + rp_next(&g) % 90);
+			/* distinct ids: a unique suffix */
+			len += (size_t)snprintf(id + len, sizeof(id) - len,
+			    "#%zu", i);
+			assert_int_equal(sg_cluster_init(&c, id, len), 0);
+			assert_int_equal(sg_snapshot_add(s, &c, NULL), 0);
+		}
+		for (j = 0; j < 40; j++) {
+			sg_request r;
+
+			snprintf(key, sizeof(key), "key-%zu",
+			    (size_t)(rp_next(&g) % 1000));
+			fx_req(&r, "r", key, 10);
+			r.routing_key = rks[rp_next(&g) % 4];
+			r.model = models[rp_next(&g) % 3];
+			for (k = 0; k < RP_ROUTERS; k++)
+				ng[k] = rp_group(rt[k], s, &r, grp[k]);
+			nref = ng[4];
+			assert_int_equal(nref, K < n ? K : n);
+			for (k = 0; k < RP_ROUTERS - 1; k++) {
+				assert_int_equal(ng[k], nref);
+				for (i = 0; i < nref; i++)
+					if (grp[k][i] != grp[4][i])
+						fail_msg("trial %zu (n %zu K "
+						    "%zu V %zu): path %zu "
+						    "member %zu: %zu, reference "
+						    "%zu", trial, n, K, V, k, i,
+						    grp[k][i], grp[4][i]);
+			}
+			if (n <= FX_MAXC) {
+				sg_algdef d = *fx_def(conf, &r);
+
+				assert_int_equal(fx_ring_order(&d, &r, s,
+				    want), n);
+				for (i = 0; i < nref; i++)
+					assert_int_equal(grp[4][i], want[i]);
+			}
+		}
+		for (k = 0; k < RP_ROUTERS; k++) {
+			sgi_rings_stats(sgi_router_scratch(rt[k]), &st[k]);
+			tot[k].hits += st[k].hits;
+			tot[k].builds += st[k].builds;
+			tot[k].evictions += st[k].evictions;
+			tot[k].onepass += st[k].onepass;
+			tot[k].ambiguous += st[k].ambiguous;
+			if (k == 1)
+				assert_true(st[k].bytes <= 2 *
+				    sgi_ring_bytes(n, V) +
+				    sgi_ring_bytes(n, V) / 2);
+			sg_router_free(rt[k]);
+		}
+		sg_lbconf_free(conf);
+		sg_snapshot_free(s);
+	}
+	/* every path was taken */
+	assert_true(tot[0].hits > 1000 && tot[0].builds > 100);
+	assert_true(tot[1].evictions > 100 && tot[1].hits > 100);
+	assert_true(tot[2].ambiguous > 100 && tot[2].hits > 100);
+	assert_true(tot[3].hits + tot[3].builds == 0 && tot[3].onepass > 1000);
+	assert_true(tot[4].hits + tot[4].builds == 0);
+}
+
+/*
+ * The cache stays within its budget, CLOCK keeps the rings in use, and a
+ * budget of 0 frees it; a ring is built on its first miss while there is
+ * room, on its identity's second miss once the budget is full.
+ */
+static void
+test_ring_cache_budget_and_eviction(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":2,"
+	    "\"cache_affinity_virtual_nodes\":50}}}");
+	sg_router *rt = fx_router(conf, 1);
+	sg_snapshot *s = fx_snapshot(20);
+	sgi_scratch *sc = sgi_router_scratch(rt);
+	struct sgi_ring_stats st;
+	size_t one = sgi_ring_bytes(20, 50), i;
+	static const char *const rks[] = { "a", "b", "c", "d" };
+	sg_request r;
+
+	(void)state;
+	assert_true(one > 20 * 50 * 6 && one < 20 * 50 * 7 + 256);
+	assert_true(sgi_ring_bytes(SG_MAX_CANDIDATES + 1, 1) == SIZE_MAX);
+	assert_int_equal(sg_router_set_ring_cache_bytes(NULL, 1), SG_EINVAL);
+	fx_req(&r, "r", "k", 10);
+	r.model = "m";
+	r.routing_key = "a";
+	(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.builds, 1);		/* room: built at once */
+	assert_int_equal(st.onepass, 0);
+	(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.builds, 1);
+	assert_int_equal(st.hits, 1);
+	assert_int_equal(st.rings, 1);
+	assert_int_equal(st.bytes, one);
+	/* full: a new identity's first miss takes one pass, its second builds */
+	assert_int_equal(sg_router_set_ring_cache_bytes(rt, one), 0);
+	r.routing_key = "b";
+	(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.builds, 1);
+	assert_int_equal(st.onepass, 1);
+	(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.builds, 2);
+	assert_int_equal(st.evictions, 1);
+	assert_int_equal(st.rings, 1);
+	r.routing_key = "a";
+	/* room for two: four tenants, "a" used between every other */
+	assert_int_equal(sg_router_set_ring_cache_bytes(rt, 2 * one), 0);
+	for (i = 0; i < 40; i++) {
+		r.routing_key = i % 2 == 0 ? "a" : rks[1 + i / 2 % 3];
+		(void)fx_decide(rt, s, &r, 0);
+		sgi_rings_stats(sc, &st);
+		assert_true(st.bytes <= 2 * one && st.rings <= 2);
+	}
+	assert_true(st.evictions > 5);
+	r.routing_key = "a";
+	i = (size_t)st.hits;
+	(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.hits, i + 1);	/* "a" was kept */
+	/* shrinking evicts, 0 frees everything */
+	assert_int_equal(sg_router_set_ring_cache_bytes(rt, one), 0);
+	sgi_rings_stats(sc, &st);
+	assert_true(st.rings <= 1 && st.bytes <= one);
+	assert_int_equal(sg_router_set_ring_cache_bytes(rt, 0), 0);
+	assert_null(sc->rings);
+	(void)fx_decide(rt, s, &r, 0);
+	assert_null(sc->rings);
+	/* a ring larger than the budget is never built */
+	assert_int_equal(sg_router_set_ring_cache_bytes(rt, one - 1), 0);
+	for (i = 0; i < 4; i++)
+		(void)fx_decide(rt, s, &r, 0);
+	sgi_rings_stats(sc, &st);
+	assert_int_equal(st.builds, 0);
+	sg_snapshot_free(s);
+	sg_router_free(rt);
 	sg_lbconf_free(conf);
 }
 
@@ -809,6 +1050,8 @@ main(void)
 		cmocka_unit_test(test_affine_free_is_selected_at_once_rank_1),
 		cmocka_unit_test(test_affinity_group_follows_the_ring_walk),
 		cmocka_unit_test(test_huge_ring_gives_the_same_group),
+		cmocka_unit_test(test_ring_paths_agree_on_random_inputs),
+		cmocka_unit_test(test_ring_cache_budget_and_eviction),
 		cmocka_unit_test(test_ring_cache_follows_candidate_changes),
 		cmocka_unit_test(test_ring_cache_follows_in_place_changes),
 		cmocka_unit_test(test_bucket_budget_is_consumed_per_bucket),

@@ -42,6 +42,19 @@
  * steady-state loop of --iterations decisions after warm-up, so the result
  * is heap allocations per decision in steady state (goal A3: 0).
  *
+ * Tenants.  The router caches wait-and-widen rings per (routing key,
+ * model, candidate ids) within a byte budget.  waw-many-tenants rotates its
+ * requests over 100 routing keys and 3 models (300 rings, all held by the
+ * default budget); its "floor" is the same decision (same key, same
+ * request id) on the single-tenant stream of the plain wait-and-widen row,
+ * on the same router, interleaved, so its ratio is the per-decision cost
+ * of many tenants against one (target <= 1.1).  waw-uncached-ring runs
+ * with the ring cache off, so every decision finds its group in one pass
+ * over the n * V virtual-node hashes; its floor is that hashing alone
+ * (prefix, key hash, sgi_ring_entry_hashes over every cluster), so its
+ * ratio is the cost of an uncached ring against hashing its virtual nodes
+ * once (target <= 2).
+ *
  * Scenarios are a table: adding a row (e.g. another session case) is one
  * line in `scenarios[]`.
  */
@@ -124,6 +137,8 @@ enum floor_kind {
 	FL_WAW,
 	FL_PULSAR,
 	FL_PWAW,
+	FL_SINGLE,	/* the same decision on a single-tenant stream */
+	FL_VNODES,	/* hashing the n * V virtual nodes once */
 };
 
 enum hint_kind {
@@ -138,34 +153,46 @@ struct scenario {
 	int		 hint;		/* enum hint_kind */
 	bool		 nocache;	/* the router's ranking cache off */
 	size_t		 keys;		/* distinct keys; 0: --keys */
+	bool		 tenants;	/* TENANT_RKS routing keys x 3 models */
+	bool		 noring;	/* the router's ring cache off */
 };
+
+#define TENANT_RKS	100
+#define TENANT_MODELS	3
+#define WAW_K2_V150	"{\"algorithm\":\"wait-and-widen\","		\
+	    "\"cache_affinity_backend_selection_count\":2,"		\
+	    "\"cache_affinity_virtual_nodes\":150}"
 
 #define COLD_KEYS	((size_t)1 << 20)
 #define MAX_REQS	4096		/* request structs (keys rotate over them) */
 
 static const struct scenario scenarios[] = {
-	{ "random", "\"random\"", FL_RANDOM, HINT_NONE, false, 0 },
-	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE, false, 0 },
+	{ "random", "\"random\"", FL_RANDOM, HINT_NONE, false, 0,
+	    false, false },
+	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE, false, 0,
+	    false, false },
 	{ "power-of-n", "{\"algorithm\":\"power-of-n\",\"sample_count\":2}",
-	    FL_PON, HINT_NONE, false, 0 },
+	    FL_PON, HINT_NONE, false, 0, false, false },
 	{ "wait-and-widen",
 	    "{\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_virtual_nodes\":150}", FL_WAW, HINT_NONE,
-	    false, 0 },
-	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE, false, 0 },
+	    false, 0, false, false },
+	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE, false, 0,
+	    false, false },
 	{ "pulsar-wait-and-widen",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
-	    HINT_NONE, false, 0 },
+	    HINT_NONE, false, 0, false, false },
 	/* The same without the ranking cache, and with keys it cannot hold. */
-	{ "pulsar-nocache", "\"pulsar\"", FL_PULSAR, HINT_NONE, true, 0 },
+	{ "pulsar-nocache", "\"pulsar\"", FL_PULSAR, HINT_NONE, true, 0,
+	    false, false },
 	{ "pwaw-nocache",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
-	    HINT_NONE, true, 0 },
+	    HINT_NONE, true, 0, false, false },
 	{ "pulsar-cold-keys", "\"pulsar\"", FL_PULSAR, HINT_NONE, false,
-	    COLD_KEYS },
+	    COLD_KEYS, false, false },
 	/* Session routing (issue 3): flag on, new and returning sessions. */
 	{ "waw-session-new",
 	    "{\"algorithm\":\"wait-and-widen\","
@@ -173,24 +200,39 @@ static const struct scenario scenarios[] = {
 	    "\"cache_affinity_virtual_nodes\":150,"
 	    "\"cache_affinity_wait_ms\":300,"
 	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE, false, 0 },
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE, false, 0,
+	    false, false },
 	{ "waw-session-returning",
 	    "{\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_virtual_nodes\":150,"
 	    "\"cache_affinity_wait_ms\":300,"
 	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER, false, 0 },
+	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER, false, 0,
+	    false, false },
 	{ "pwaw-session-new",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_wait_ms\":300,"
-	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_NONE, false, 0 },
+	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_NONE, false, 0,
+	    false, false },
 	{ "pwaw-session-returning",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_wait_ms\":300,"
-	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER, false, 0 },
+	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER, false, 0,
+	    false, false },
+	/*
+	 * Many tenants (issue 13): a stream alternating over 100 routing keys
+	 * and 3 models (300 rings, all cached) against the same decisions on
+	 * a single-tenant stream; and a ring the cache does not hold (ring
+	 * cache off: one pass per decision) against hashing its virtual
+	 * nodes once.
+	 */
+	{ "waw-many-tenants", WAW_K2_V150, FL_SINGLE, HINT_NONE, false, 0,
+	    true, false },
+	{ "waw-uncached-ring", WAW_K2_V150, FL_VNODES, HINT_NONE, false, 0,
+	    false, true },
 };
 #define NSCEN	(sizeof scenarios / sizeof scenarios[0])
 
@@ -275,6 +317,8 @@ struct world {
 	size_t		 nreq;		/* requests, <= MAX_REQS */
 	size_t		 nkeys;		/* keys; call k uses key k % nkeys */
 	sg_request	*req;
+	sg_request	*req1;		/* FL_SINGLE: req[] on one tenant */
+	char		(*rks)[16];	/* tenants: routing keys */
 	char		(*keys)[24];
 	char		(*rids)[32];
 	/* floor state */
@@ -348,8 +392,13 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 	size_t j;
 
 	memset(w, 0, sizeof *w);
-	snprintf(cfg, sizeof cfg, "{\"default\":\"power-of-n\","
-	    "\"models\":{\"" MODEL "\":%s}}", sc->algo);
+	if (sc->tenants)
+		snprintf(cfg, sizeof cfg, "{\"default\":\"power-of-n\","
+		    "\"models\":{\"" MODEL "\":%s,\"" MODEL "-1\":%s,"
+		    "\"" MODEL "-2\":%s}}", sc->algo, sc->algo, sc->algo);
+	else
+		snprintf(cfg, sizeof cfg, "{\"default\":\"power-of-n\","
+		    "\"models\":{\"" MODEL "\":%s}}", sc->algo);
 	if (sg_lbconf_parse(&w->conf, cfg, strlen(cfg), "bench", &err) != 0) {
 		fprintf(stderr, "sg-bench: %s: %s\n", sc->name, err.text);
 		return -1;
@@ -360,6 +409,8 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 	}
 	if (sc->nocache && sg_router_set_cache(w->rt, false) != 0)
 		return -1;
+	if (sc->noring && sg_router_set_ring_cache_bytes(w->rt, 0) != 0)
+		return -1;
 	if (sg_lbconf_resolve(w->conf, MODEL, NULL, false, &w->def, &err) != 0)
 		return -1;
 	w->snap = sg_snapshot_new();
@@ -369,17 +420,22 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 	w->req = calloc(nreq, sizeof *w->req);
 	w->keys = calloc(nkeys, sizeof *w->keys);
 	w->rids = calloc(nreq, sizeof *w->rids);
+	w->req1 = calloc(nreq, sizeof *w->req1);
+	w->rks = calloc(TENANT_RKS, sizeof *w->rks);
 	w->order = calloc(n, sizeof *w->order);
 	w->order2 = calloc(n, sizeof *w->order2);
 	w->score = calloc(n, sizeof *w->score);
 	if (w->snap == NULL || w->req == NULL || w->keys == NULL ||
 	    w->rids == NULL || w->order == NULL || w->order2 == NULL ||
+	    w->req1 == NULL || w->rks == NULL ||
 	    w->score == NULL ||
 	    build_snapshot(w->snap, n) != 0)
 		return -1;
 	for (j = 0; j < nkeys; j++)
 		snprintf(w->keys[j], sizeof w->keys[j], "session-%08zx",
 		    j * 2654435761u);
+	for (j = 0; j < TENANT_RKS; j++)
+		snprintf(w->rks[j], sizeof w->rks[j], "tenant-%03zu", j);
 	for (j = 0; j < nreq; j++) {
 		sg_request *r = &w->req[j];
 
@@ -393,6 +449,15 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 		if (sc->hint == HINT_OTHER)
 			r->last_cluster_id = sg_snapshot_get(w->snap,
 			    (j * 31 + 1) % n)->id;
+		w->req1[j] = *r;
+		if (sc->tenants) {
+			/* j mod 300 picks the pair: 100 and 3 are coprime */
+			static const char *const models[TENANT_MODELS] = {
+				MODEL, MODEL "-1", MODEL "-2" };
+
+			r->routing_key = w->rks[j % TENANT_RKS];
+			r->model = models[j % TENANT_MODELS];
+		}
 	}
 	return 0;
 }
@@ -406,6 +471,8 @@ world_free(struct world *w)
 		for (j = 0; j < w->nreq; j++)
 			sg_request_release(&w->req[j]);
 	free(w->req);
+	free(w->req1);
+	free(w->rks);
 	free(w->keys);
 	free(w->rids);
 	free(w->ring);
@@ -562,6 +629,53 @@ floor_pulsar_scores(struct world *w, const sg_request *r)
 	return nr;
 }
 
+/* The decision of r's twin on the single-tenant stream (same key and id). */
+static size_t
+floor_single(struct world *w, const sg_request *r)
+{
+	sg_request *t = &w->req1[(size_t)(r - w->req)];
+	sg_decision d;
+	sg_error err;
+
+	t->cache_affinity_key = r->cache_affinity_key;
+	t->session_state = SG_SESSION_UNCLASSIFIED;
+	t->session_promoted = false;
+	if (sg_router_decide(w->rt, w->snap, t, 0, &d, &err) != 0)
+		return 0;
+	return d.index;
+}
+
+/*
+ * What a ring the cache does not hold must do at least: build the prefix,
+ * hash the key and every one of the n * V virtual nodes once (the
+ * library's batch hashing with a prepared prefix), nothing else.
+ */
+static size_t
+floor_vnodes(struct world *w, const sg_request *r)
+{
+	uint64_t V = w->def->virtual_nodes ? w->def->virtual_nodes : 1, v;
+	uint64_t hv[64], acc;
+	sgi_hashbuf prefix;
+	size_t i, j, nb;
+
+	sgi_ring_prefix(&prefix, w->def, r);
+	acc = sgi_ring_key_hash(&prefix, r->cache_affinity_key,
+	    strlen(r->cache_affinity_key));
+	sgi_hb_prepare(&prefix);
+	for (i = 0; i < w->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(w->snap, i);
+
+		for (v = 0; v < V; v += nb) {
+			nb = V - v < 64 ? (size_t)(V - v) : 64;
+			sgi_ring_entry_hashes(&prefix, c->id, c->id_len, v, nb,
+			    hv);
+			for (j = 0; j < nb; j++)
+				acc ^= hv[j];
+		}
+	}
+	return (size_t)acc;
+}
+
 /* One floor "decision"; returns something derived so it is not elided. */
 static size_t
 floor_once(struct world *w, const struct scenario *sc, sg_request *r)
@@ -610,6 +724,11 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 				best = i;
 			}
 		return best;
+	case FL_SINGLE:
+		/* the same request (key, id) from the single-tenant stream */
+		return floor_single(w, r);
+	case FL_VNODES:
+		return floor_vnodes(w, r);
 	case FL_PWAW:
 	default:
 		/* N hashes + full ranking, then core selection over rank 1..k */
@@ -780,6 +899,7 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 	struct world w;
 	struct tally t = { 0, 0, 0, 0 };
 	struct sgi_rcache_stats st0, st1;
+	struct sgi_ring_stats rs0, rs1;
 	unsigned long k;
 	double *samples = NULL, p50s[64], p99s[64], f50s[64], c50s[64];
 	double c99s[64], p, q;
@@ -816,12 +936,21 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 	}
 	/* steady-state allocations per decision, and the cache's hit rate */
 	sgi_rcache_stats(sgi_router_scratch(w.rt)->rcache, &st0);
+	sgi_rings_stats(sgi_router_scratch(w.rt), &rs0);
 	nallocs = 0;
 	count_allocs = 1;
 	for (k = 0; k < o->iterations; k++, w.k++)
 		(void)decide_once(&w, w.k, NULL);
 	count_allocs = 0;
 	sgi_rcache_stats(sgi_router_scratch(w.rt)->rcache, &st1);
+	sgi_rings_stats(sgi_router_scratch(w.rt), &rs1);
+	if (rs1.hits + rs1.misses > rs0.hits + rs0.misses) {
+		/* w-a-w: the ring cache's hit rate instead */
+		st0.hits = rs0.hits;
+		st0.misses = rs0.misses;
+		st1.hits = rs1.hits;
+		st1.misses = rs1.misses;
+	}
 
 	row->scenario = sc->name;
 	row->n = n;
@@ -967,7 +1096,8 @@ bench_decide_main(int argc, char *argv[])
 	}
 	printf("# median of %u runs; p50/p99 over means of batches of %d "
 	    "calls; ratio = p50 / floor p50; call-p50/p99 = each call timed "
-	    "alone, minus %.1f ns of timer; hit%% = pulsar ranking-cache hits "
+	    "alone, minus %.1f ns of timer; hit%% = ranking-cache (pulsar) or "
+	    "ring-cache (wait-and-widen) hits "
 	    "(-: no lookups); allocs = heap allocations per decision after "
 	    "warm-up\n", o.runs, BATCH, timer_ns);
 	if (csv != NULL && fclose(csv) != 0) {
