@@ -627,8 +627,8 @@ collect(sg_request *r, struct hval *v, const sg_header *h, size_t n,
 		size_t len = strlen(s);
 
 		if (h[i].name == NULL)
-			return sg_seterr(err, SG_EINVAL, "header %zu: NULL name",
-			    i);
+			return sg_seterr(err, SG_EINVAL,
+			    "header %zu: NULL name", i);
 		se = s + len;
 		which = hdr_lookup(h[i].name, strlen(h[i].name));
 		if (which == H_EXCLUDED) {
@@ -706,7 +706,8 @@ validate(sg_request *r, const struct hval *v, sg_error *err)
 	    (rc = numeric(&v[H_SLO], H_SLO, UINT64_MAX, &r->has_slo,
 	    &r->request_slo_ms, err)) != 0)
 		return rc;
-	if ((rc = opt_string(r, &v[H_ROUTING_KEY], &r->routing_key, err)) != 0 ||
+	if ((rc = opt_string(r, &v[H_ROUTING_KEY], &r->routing_key,
+	    err)) != 0 ||
 	    (rc = opt_string(r, &v[H_CACHE_KEY], &r->cache_affinity_key,
 	    err)) != 0 ||
 	    (rc = opt_string(r, &v[H_LAST], &r->last_cluster_id, err)) != 0)
@@ -734,7 +735,7 @@ sg_request_from_header_list(sg_request *r, const sg_header *h, size_t n,
 
 /* --- text form ------------------------------------------------------------ */
 
-#define LINE_BATCH	32	/* header lines split before they are collected */
+#define LINE_BATCH	32	/* lines split before they are collected */
 
 /* Stands in for a value holding a NUL byte: undecodable, as that value is. */
 static const char nul_value[] = "\x01";

@@ -68,7 +68,7 @@ typedef struct mock {
 	uint64_t		 counter;
 	long			 started;	/* wall clock, for "created" */
 	double			 tick_ms;
-	bool			 stopping;	/* shutdown: no engine advances */
+	bool			 stopping;	/* shutdown: engine frozen */
 	json_t			*seen;		/* header name -> count */
 	sg_metrics		*reg;		/* /metrics */
 	sg_series		*mx[MX_N];
@@ -948,7 +948,8 @@ measure_input(const json_t *root, int kind, size_t *bytes, size_t *parts,
 			return "messages: expected a non-empty array";
 	} else if (!json_is_array(in) || (kind == K_EMBED &&
 	    (json_array_size(in) == 0 || json_array_size(in) > EMBED_INPUTS)))
-		return kind == K_TEXT ? "prompt: expected a string or an array" :
+		return kind == K_TEXT ?
+		    "prompt: expected a string or an array" :
 		    kind == K_RESP ? "input: expected a string or an array" :
 		    "input: expected a string or a non-empty array of at most "
 		    "2048 strings or token arrays";
@@ -1175,7 +1176,8 @@ handle_completion(mock *m, struct evhttp_request *req, int kind)
 		r->input = hv;
 		break;
 	case -2:
-		bad_request(req, "x-input-tokens: expected an unsigned integer");
+		bad_request(req,
+		    "x-input-tokens: expected an unsigned integer");
 		goto fail;
 	default:
 		r->input = (bytes + 3) / 4 + ids;
