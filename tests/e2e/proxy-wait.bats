@@ -76,3 +76,22 @@ HINT=(-H "x-cache-affinity-key: $AKEY" -H 'x-stargate-last-cluster-id: B')
 	[ "$CLUSTER" = B ]
 	[ "$MS" -lt 500 ]
 }
+
+@test "a client that leaves during a routing wait is not forwarded afterwards" {
+	hold B 2
+	settle
+	reset_seen A B
+	# the client gives up after 0.3 s of the 1 s affinity wait
+	REQ_MAX_TIME=0.3 req "${HINT[@]}" || true
+	[ "$STATUS" = 000 ]
+	sleep 0.2
+	release B
+	# well past X: the abandoned request went nowhere
+	sleep 1.2
+	[ "$(seen_n A)" = 0 ]
+	[ "$(seen_n B)" = 0 ]
+	[ "$(curl -sS --max-time 5 "$PROXY_URL/debug/state" | jq .inflight)" = 0 ]
+	req "${HINT[@]}"
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	[ "$CLUSTER" = B ]
+}
