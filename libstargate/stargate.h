@@ -17,5 +17,6 @@
 #include "sg_fleet.h"
 #include "sg_clusterfile.h"
 #include "sg_vllm.h"
+#include "sg_gateway.h"
 
 #endif /* STARGATE_H */

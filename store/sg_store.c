@@ -3,11 +3,29 @@
  * key parsing, cluster id validation, and dispatch to a backend through
  * struct sgi_store_ops.  Backends (sg_store_lmdb.c, a future Redis one)
  * never see a malformed key or id.
+ *
+ * The event-loop side lives here too, the same for every backend:
+ *   - commit records: the front puts its own on_commit in front of the
+ *     caller's; on the store thread it appends the record to a ring (a
+ *     fixed array, merged into its newest record when full, so the store
+ *     thread never allocates or waits for the loop) and writes the
+ *     eventfd; sg_store_drain() reads the eventfd first and then empties
+ *     the ring, so a record added after the read writes it again and no
+ *     wake-up is lost;
+ *   - lookups with a deadline: a backend with a non-blocking lookup
+ *     (lookup_nowait) answers inside sg_store_lookup_start(); the pending
+ *     list, sg_store_dispatch() and sg_store_next_deadline() are there for
+ *     a backend that answers later (the list belongs to the loop thread
+ *     and is empty with LMDB).
  */
+#include <sys/eventfd.h>
+
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sg_store_internal.h"
 
@@ -15,6 +33,17 @@ struct sg_store {
 	const struct sgi_store_ops	*ops;
 	void				*be;
 	sg_store_opts			 o;
+
+	/* Commit records for the loop (o.events), guarded by ev_mu. */
+	pthread_mutex_t			 ev_mu;
+	sg_store_commit			 ring[SG_STORE_EVENT_RING];
+	size_t				 ring_head, ring_len;
+	int				 evfd;
+	sg_store_commit_fn		*user_commit;
+	void				*user_arg;
+
+	/* Pending lookups, loop thread only. */
+	sg_store_lookup_req		*pending;
 };
 
 void
@@ -111,10 +140,50 @@ sgi_lckey_from_digest(sgi_lckey *k, const unsigned char *digest)
 	sg_hex(k->text + plen, digest, SGI_DIGEST_LEN);
 }
 
+/* Runs on the store thread after each write transaction. */
+static void
+front_commit(const sg_store_commit *c, void *arg)
+{
+	sg_store *s = arg;
+	uint64_t one = 1;
+	ssize_t w;
+
+	pthread_mutex_lock(&s->ev_mu);
+	if (s->ring_len < SG_STORE_EVENT_RING) {
+		s->ring[(s->ring_head + s->ring_len) % SG_STORE_EVENT_RING] = *c;
+		s->ring_len++;
+	} else {
+		sg_store_commit *last = &s->ring[(s->ring_head + s->ring_len -
+		    1) % SG_STORE_EVENT_RING];
+
+		last->ops += c->ops;
+		last->ops_done = c->ops_done;
+		last->committed = c->committed;
+		if (last->rc == 0)
+			last->rc = c->rc;
+	}
+	pthread_mutex_unlock(&s->ev_mu);
+	/* Non-blocking: a full counter is already readable. */
+	w = write(s->evfd, &one, sizeof(one));
+	(void)w;
+	if (s->user_commit != NULL)
+		s->user_commit(c, s->user_arg);
+}
+
+static void
+store_free(sg_store *s)
+{
+	if (s->evfd >= 0)
+		close(s->evfd);
+	pthread_mutex_destroy(&s->ev_mu);
+	free(s);
+}
+
 int
 sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err)
 {
 	sg_store *s = NULL;
+	sg_store_opts bo;
 	int rc;
 
 	if (out == NULL || o == NULL)
@@ -141,8 +210,23 @@ sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err)
 		return sg_seterr(err, SG_ENOMEM, "out of memory");
 	s->o = *o;
 	s->o.path = NULL;	/* the backend keeps its own copy */
-	if ((rc = sgi_store_lmdb_open(&s->be, &s->ops, o, err)) != 0) {
-		free(s);
+	s->evfd = -1;
+	pthread_mutex_init(&s->ev_mu, NULL);
+	bo = *o;
+	if (o->events) {
+		if ((s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+			rc = sg_seterr(err, errno, "eventfd: %s",
+			    strerror(errno));
+			store_free(s);
+			return rc;
+		}
+		s->user_commit = o->on_commit;
+		s->user_arg = o->commit_arg;
+		bo.on_commit = front_commit;
+		bo.commit_arg = s;
+	}
+	if ((rc = sgi_store_lmdb_open(&s->be, &s->ops, &bo, err)) != 0) {
+		store_free(s);
 		return rc;
 	}
 	*out = s;
@@ -155,7 +239,7 @@ sg_store_close(sg_store *s)
 	if (s == NULL)
 		return;
 	s->ops->close(s->be);
-	free(s);
+	store_free(s);
 }
 
 static int
@@ -191,7 +275,7 @@ sg_store_put_at(sg_store *s, const char *key, size_t key_len, const char *id,
 	if (!sg_lc_cluster_id_valid(id, id_len))
 		return sg_seterr(err, SG_EINVAL, "invalid cluster id: "
 		    "must be 1..%d bytes of printable ASCII", SG_ID_MAX);
-	return s->ops->put(s->be, &k, id, id_len, written_ms, err);
+	return s->ops->put(s->be, &k, id, id_len, written_ms, NULL, err);
 }
 
 int
@@ -200,6 +284,147 @@ sg_store_put(sg_store *s, const char *key, size_t key_len, const char *id,
 {
 	return sg_store_put_at(s, key, key_len, id, id_len,
 	    sgi_store_now(&s->o), err);
+}
+
+int
+sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
+    const char *id, size_t id_len, uint64_t *seq, sg_error *err)
+{
+	sgi_lckey k;
+	int rc;
+
+	if ((rc = parse_key(&k, key, key_len, err)) != 0)
+		return rc;
+	if (!sg_lc_cluster_id_valid(id, id_len))
+		return sg_seterr(err, SG_EINVAL, "invalid cluster id: "
+		    "must be 1..%d bytes of printable ASCII", SG_ID_MAX);
+	return s->ops->put(s->be, &k, id, id_len, sgi_store_now(&s->o), seq,
+	    err);
+}
+
+/* --- from an event loop ---------------------------------------------------- */
+
+uint64_t
+sg_store_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void
+req_done(sg_store_lookup_req *req, int rc)
+{
+	req->rc = rc;
+	req->pending = false;
+	req->next = req->prev = NULL;
+}
+
+int
+sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
+    size_t key_len, uint64_t deadline_ns, sg_store_lookup_cb *cb, void *arg)
+{
+	sgi_lckey k;
+	int rc;
+
+	memset(req, 0, sizeof(*req));
+	req->cb = cb;
+	req->arg = arg;
+	req->deadline_ns = deadline_ns;
+	if ((rc = parse_key(&k, key, key_len, &req->err)) != 0) {
+		req_done(req, rc);
+		return rc;
+	}
+	if (sg_store_mono_ns() >= deadline_ns) {
+		sg_seterr(&req->err, ETIMEDOUT, "lookup deadline passed");
+		req_done(req, ETIMEDOUT);
+		return 0;
+	}
+	/* Every backend built in answers without waiting. */
+	rc = s->ops->lookup_nowait(s->be, &k, &req->entry, &req->err);
+	req_done(req, rc);
+	return 0;
+}
+
+void
+sg_store_lookup_cancel(sg_store *s, sg_store_lookup_req *req)
+{
+	if (req == NULL || !req->pending)
+		return;
+	if (req->prev != NULL)
+		req->prev->next = req->next;
+	else
+		s->pending = req->next;
+	if (req->next != NULL)
+		req->next->prev = req->prev;
+	req_done(req, ECANCELED);
+}
+
+size_t
+sg_store_dispatch(sg_store *s, uint64_t now_ns)
+{
+	sg_store_lookup_req *req, *next;
+	size_t n = 0;
+
+	for (req = s->pending; req != NULL; req = next) {
+		next = req->next;
+		if (now_ns < req->deadline_ns)
+			continue;
+		sg_store_lookup_cancel(s, req);
+		sg_seterr(&req->err, ETIMEDOUT, "lookup deadline passed");
+		req->rc = ETIMEDOUT;
+		if (req->cb != NULL)
+			req->cb(req, req->arg);
+		n++;
+	}
+	return n;
+}
+
+bool
+sg_store_next_deadline(sg_store *s, uint64_t *deadline_ns)
+{
+	const sg_store_lookup_req *req;
+	bool any = false;
+
+	for (req = s->pending; req != NULL; req = req->next)
+		if (!any || req->deadline_ns < *deadline_ns) {
+			*deadline_ns = req->deadline_ns;
+			any = true;
+		}
+	return any;
+}
+
+int
+sg_store_event_fd(sg_store *s)
+{
+	return s->evfd;
+}
+
+size_t
+sg_store_drain(sg_store *s, sg_store_commit *out, size_t max)
+{
+	uint64_t v;
+	ssize_t r;
+	size_t n = 0;
+
+	if (s->evfd < 0)
+		return 0;
+	r = read(s->evfd, &v, sizeof(v));	/* first: see the top comment */
+	(void)r;
+	pthread_mutex_lock(&s->ev_mu);
+	while (n < max && s->ring_len > 0) {
+		out[n++] = s->ring[s->ring_head];
+		s->ring_head = (s->ring_head + 1) % SG_STORE_EVENT_RING;
+		s->ring_len--;
+	}
+	if (s->ring_len > 0) {
+		v = 1;
+		r = write(s->evfd, &v, sizeof(v));	/* still readable */
+		(void)r;
+	}
+	pthread_mutex_unlock(&s->ev_mu);
+	return n;
 }
 
 int

@@ -20,8 +20,16 @@
  *   - Writes are queued and committed by a store thread in groups (group
  *     commit): sg_store_put() never waits for the disk, only for a mutex, so
  *     it may be called from an event loop.  sg_store_flush() waits.
- *   - Lookups are synchronous and cheap (an LMDB read transaction, about a
- *     microsecond).
+ *   - Lookups are cheap (an LMDB read transaction, about a microsecond).
+ *     sg_store_lookup() is synchronous and may wait, briefly, while the
+ *     store thread resizes or reopens the map: it is for tools.  An event
+ *     loop uses sg_store_lookup_start(), which never waits for anything: it
+ *     has a deadline and completes at once when the store can be read
+ *     without waiting, else with EBUSY or ETIMEDOUT (the LMDB backend), or
+ *     later through sg_store_dispatch() (a networked backend).
+ *   - Commits are reported on the store thread (on_commit) and, with the
+ *     events option, to an event loop: sg_store_event_fd() becomes
+ *     readable and sg_store_drain() hands over the commit records.
  *
  * Thread safety: every function may be called from any thread, concurrently,
  * except sg_store_close().  In one process a directory may be open only once
@@ -116,6 +124,7 @@ typedef struct sg_store_opts {
 	void		*clock_arg;
 	sg_store_commit_fn *on_commit;	/* NULL: none; runs on the store thread */
 	void		*commit_arg;
+	bool		 events;	/* keep commit records for sg_store_drain() */
 } sg_store_opts;
 
 /* Fill o with the defaults above (path SG_STORE_DEFAULT_PATH, create false). */
@@ -152,9 +161,13 @@ typedef struct sg_store_entry {
  * that is not "lc:v1:" + 64 lowercase hex, or an error (EAGAIN: the map
  * is being resized by another process; try later).  An expired entry is
  * deleted by the store thread (the lookup itself stays a read-only
- * transaction).  Never waits for a writer, in this process or another:
- * right after a compaction it may read the previous file (a consistent
- * snapshot) until the store thread has reopened the store.
+ * transaction).  Never waits for LMDB's writer lock, in this process or
+ * another: right after a compaction it may read the previous file (a
+ * consistent snapshot) until the store thread has reopened the store.  It
+ * may wait for this handle's store thread while that resizes the map or
+ * reopens the environment (a map grow takes microseconds, a reopen about
+ * a millisecond, longer on a slow disk): an event loop must use
+ * sg_store_lookup_start() instead.
  */
 int	sg_store_lookup(sg_store *s, const char *key, size_t key_len,
 	    sg_store_entry *out, sg_error *err);
@@ -167,6 +180,14 @@ int	sg_store_lookup(sg_store *s, const char *key, size_t key_len,
  */
 int	sg_store_put(sg_store *s, const char *key, size_t key_len,
 	    const char *id, size_t id_len, sg_error *err);
+
+/*
+ * sg_store_put(), also returning the operation's number (*seq, from 1, in
+ * queue order: see sg_store_commit), so that an event loop can match the
+ * commit records of sg_store_drain() to its writes.  seq may be NULL.
+ */
+int	sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
+	    const char *id, size_t id_len, uint64_t *seq, sg_error *err);
 
 /* sg_store_put() with an explicit write time (restoring a backup). */
 int	sg_store_put_at(sg_store *s, const char *key, size_t key_len,
@@ -182,6 +203,94 @@ int	sg_store_del(sg_store *s, const char *key, size_t key_len, sg_error *err);
  * failed operations are dropped; the store stays usable).
  */
 int	sg_store_flush(sg_store *s, sg_error *err);
+
+/* --- from an event loop --------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of lookup deadlines. */
+uint64_t sg_store_mono_ns(void);
+
+typedef struct sg_store_lookup_req sg_store_lookup_req;
+typedef void sg_store_lookup_cb(sg_store_lookup_req *req, void *arg);
+
+/*
+ * One lookup, in storage the caller owns (a request context), so that
+ * starting one allocates nothing.  The result fields are set when the
+ * lookup completes; the rest belongs to the store.
+ */
+struct sg_store_lookup_req {
+	int		 rc;		/* 0 hit, SG_ENOTFOUND miss, ETIMEDOUT,
+					 * EBUSY, or an error */
+	sg_store_entry	 entry;		/* on a hit */
+	sg_error	 err;		/* why, when rc is an error */
+	/* Private to the store. */
+	sg_store_lookup_cb *cb;
+	void		*arg;
+	uint64_t	 deadline_ns;
+	bool		 pending;
+	sg_store_lookup_req *next, *prev;
+};
+
+/*
+ * Start looking key[0..key_len) up, to be answered by deadline_ns
+ * (sg_store_mono_ns() plus the lookup timeout, taken before any other
+ * work).  Never blocks and never calls cb from inside the call.
+ *
+ * Returns 0 when the lookup completed at once: req->rc holds the result
+ * and cb is never called.  This is what the LMDB backend always does: it
+ * reads when it can do so without waiting, and otherwise answers EBUSY
+ * (the store thread is resizing or reopening the map: a caller counts it
+ * as a timeout) or ETIMEDOUT (the deadline had already passed).
+ *
+ * Returns EINPROGRESS when the answer needs the network (a future Redis
+ * backend): cb(req, arg) is then called exactly once, on the thread that
+ * calls sg_store_dispatch(), with the result, or with ETIMEDOUT from the
+ * first sg_store_dispatch() at or after the deadline; unless
+ * sg_store_lookup_cancel() comes first.  req must stay put until then.
+ *
+ * Other returns: SG_EINVAL for a bad key (req->rc too).
+ */
+int	sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req,
+	    const char *key, size_t key_len, uint64_t deadline_ns,
+	    sg_store_lookup_cb *cb, void *arg);
+
+/* Forget a pending lookup: its callback will not be called.  A lookup
+ * that is not pending (completed, or never started) is left alone. */
+void	sg_store_lookup_cancel(sg_store *s, sg_store_lookup_req *req);
+
+/*
+ * Complete what is due on the caller's loop: pending lookups whose answer
+ * has arrived, and those past their deadline (ETIMEDOUT), each through
+ * its callback.  now_ns is sg_store_mono_ns().  Returns the number of
+ * callbacks made.  (With the LMDB backend nothing is ever pending.)
+ */
+size_t	sg_store_dispatch(sg_store *s, uint64_t now_ns);
+
+/*
+ * Earliest deadline among pending lookups into *deadline_ns, for the
+ * loop's timer; false when nothing is pending.
+ */
+bool	sg_store_next_deadline(sg_store *s, uint64_t *deadline_ns);
+
+/*
+ * With the events option: a non-blocking descriptor (an eventfd) that is
+ * readable while commit records wait for sg_store_drain(); the store owns
+ * it (never close it).  Without the option, -1.
+ */
+int	sg_store_event_fd(sg_store *s);
+
+/* Commit records kept for sg_store_drain(); beyond, records merge. */
+#define SG_STORE_EVENT_RING	256
+
+/*
+ * Take up to max commit records (oldest first) into out and return how
+ * many; the descriptor stays readable while more wait.  Each record is
+ * what on_commit saw: operations (ops_done - ops, ops_done] committed
+ * together when rc is 0, or failed with rc.  When the loop falls more than
+ * SG_STORE_EVENT_RING records behind, the newest record absorbs the next
+ * ones (its rc is then the first failure among them).  Never blocks on
+ * I/O; takes a mutex the store thread holds only to add a record.
+ */
+size_t	sg_store_drain(sg_store *s, sg_store_commit *out, size_t max);
 
 /*
  * Call fn for each entry, least recently written first, in one read

@@ -23,8 +23,12 @@ struct sgi_store_ops {
 	const char *name;
 	int	(*lookup)(void *be, const sgi_lckey *k, sg_store_entry *out,
 		    sg_error *err);
+	/* Never waits: 0 hit, SG_ENOTFOUND, EBUSY, or an error. */
+	int	(*lookup_nowait)(void *be, const sgi_lckey *k,
+		    sg_store_entry *out, sg_error *err);
 	int	(*put)(void *be, const sgi_lckey *k, const char *id,
-		    size_t id_len, uint64_t written_ms, sg_error *err);
+		    size_t id_len, uint64_t written_ms, uint64_t *seq,
+		    sg_error *err);
 	int	(*del)(void *be, const sgi_lckey *k, sg_error *err);
 	int	(*flush)(void *be, sg_error *err);
 	int	(*iterate)(void *be, bool all, sg_store_iter_fn *fn, void *arg,
@@ -40,6 +44,14 @@ int	sgi_lckey_parse(sgi_lckey *k, const char *key, size_t len);
 void	sgi_lckey_from_digest(sgi_lckey *k, const unsigned char *digest);
 /* The opts' clock, or CLOCK_REALTIME in ms. */
 uint64_t sgi_store_now(const sg_store_opts *o);
+
+/*
+ * Tests only: called by the LMDB backend's store thread with the
+ * environment write-locked, what = "grow", "adopt" or "reopen", so that a
+ * test can hold the lock and show that sg_store_lookup_start() does not
+ * wait for it.  NULL (the default) in programs.
+ */
+extern void (*sgi_store_lmdb_locked_hook)(const char *what);
 
 /* LMDB backend (sg_store_lmdb.c).  o is validated and complete. */
 int	sgi_store_lmdb_open(void **be, const struct sgi_store_ops **ops,

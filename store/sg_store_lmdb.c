@@ -24,13 +24,30 @@
  *
  * Reads.  A lookup is one read transaction: a cached MDB_txn (MDB_NOTLS, so
  * any thread may use it) is renewed, read and reset; a second concurrent
- * lookup in the same process begins its own.  A lookup never waits for the
- * store thread: when the environment must be reopened (after a swap) or
- * its map adopted and s->rw is busy, the store thread is asked to do it
- * (MAINT_*) and the lookup reads the old file or returns EAGAIN.  Lookups
- * never write: an expired entry found by a lookup is reported as a miss
- * and a deletion is queued for the store thread, which deletes it only if
- * it is still the same, still expired, entry.
+ * lookup in the same process begins its own.  Readers never wait for
+ * LMDB's writer lock.  What a reader can wait for is s->rw (below): the
+ * store thread holds it exclusively while it grows the map, adopts a size
+ * another process chose, or reopens the environment after a swap, and,
+ * the lock preferring writers, a reader also queues behind a store thread
+ * that is waiting to take it.  There are two kinds of lookup:
+ *   - the tools' lookup (sg_store_lookup) takes s->rw for reading and may
+ *     wait for those windows (microseconds for a grow, about a millisecond
+ *     for a reopen); when the environment must be reopened or its map
+ *     adopted and s->rw is busy, it asks the store thread (MAINT_*) and
+ *     reads the old file or returns EAGAIN;
+ *   - the event loop's lookup (sg_store_lookup_start) only ever *tries*
+ *     s->rw: busy is EBUSY at once, the caller routes without a hint and
+ *     nothing on its loop stalls.  It never reopens the environment itself
+ *     (opening one reads files and takes LMDB's file locks): after a swap
+ *     it asks the store thread and reads the old file meanwhile; a grown
+ *     map is adopted inline only when s->rw is free, again by trying.  Even
+ *     the deletion of an expired entry is queued only if the queue's mutex
+ *     is free.  A test hook (sgi_store_lmdb_locked_hook) runs with s->rw
+ *     held, so the unit tests can hold it across a grow or a reopen and
+ *     show the lookup answering within its deadline.
+ * Lookups never write: an expired entry found by a lookup is reported as a
+ * miss and a deletion is queued for the store thread, which deletes it only
+ * if it is still the same, still expired, entry.
  *
  * Map size.  MDB_MAP_FULL aborts the transaction; the store thread doubles
  * the map (up to map_size_max) and replays the batch; at the maximum the
@@ -116,6 +133,18 @@
 #define MAINT_ADOPT	2u
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
+
+void (*sgi_store_lmdb_locked_hook)(const char *what);
+
+/* s->rw is write-locked: let a test hold it there. */
+static void
+locked_hook(const char *what)
+{
+	void (*fn)(const char *) = sgi_store_lmdb_locked_hook;
+
+	if (fn != NULL)
+		fn(what);
+}
 
 struct op {
 	uint64_t	t;		/* PUT: write time; EXPIRE: seen write time */
@@ -594,6 +623,7 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 
 	if (s->env != NULL && !env_swapped(s))
 		return 0;
+	locked_hook("reopen");
 	rtxn_drop(s);
 	if (s->env != NULL) {
 		mdb_env_close(s->env);
@@ -625,6 +655,7 @@ env_adopt_locked(struct lstore *s)
 	MDB_envinfo info;
 
 	if (s->env != NULL) {
+		locked_hook("adopt");
 		rtxn_drop(s);
 		mdb_env_set_mapsize(s->env, 0);
 		if (mdb_env_info(s->env, &info) == 0)
@@ -675,6 +706,7 @@ env_grow(struct lstore *s, sg_error *err)
 		goto out;
 	}
 	next = cur > s->o.map_size_max / 2 ? s->o.map_size_max : cur * 2;
+	locked_hook("grow");
 	rtxn_drop(s);
 	if ((rc = mdb_env_set_mapsize(s->env, (size_t)next)) != 0) {
 		rc = lerr(err, rc, "cannot grow the map");
@@ -1228,12 +1260,20 @@ store_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Queue op; *seq (may be NULL) gets its number.  With trylock the queue is
+ * skipped (EBUSY) rather than waited for when its mutex is taken.
+ */
 static int
-enqueue(struct lstore *s, const struct op *op, sg_error *err)
+enqueue(struct lstore *s, const struct op *op, bool trylock, uint64_t *seq,
+    sg_error *err)
 {
 	int rc = 0;
 
-	pthread_mutex_lock(&s->mu);
+	if (!trylock)
+		pthread_mutex_lock(&s->mu);
+	else if (pthread_mutex_trylock(&s->mu) != 0)
+		return sg_seterr(err, EBUSY, "store queue is busy");
 	if (s->stop) {
 		rc = sg_seterr(err, EPIPE, "store is closing");
 		goto out;
@@ -1259,6 +1299,8 @@ enqueue(struct lstore *s, const struct op *op, sg_error *err)
 	memcpy(&s->q[s->qlen], op, offsetof(struct op, id) + op->id_len);
 	s->qlen++;
 	s->enq++;
+	if (seq != NULL)
+		*seq = s->enq;
 	if (s->idle)
 		pthread_cond_signal(&s->work_cv);
 out:
@@ -1488,7 +1530,103 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 		op.t = t;
 		op.id_len = 0;
 		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
-		(void)enqueue(s, &op, NULL);	/* best effort */
+		(void)enqueue(s, &op, false, NULL, NULL);	/* best effort */
+		return SG_ENOTFOUND;
+	}
+	return 0;
+}
+
+/* Ask the store thread for maintenance without waiting for its mutex: an
+ * idle store thread that misses the signal still polls within GEN_POLL_MS. */
+static void
+maint_request_try(struct lstore *s, unsigned bits)
+{
+	atomic_fetch_or(&s->maint, bits);
+	if (pthread_mutex_trylock(&s->mu) == 0) {
+		if (s->idle)
+			pthread_cond_signal(&s->work_cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/*
+ * Take s->rw for reading without waiting, with an open environment (the
+ * old one after a swap: the store thread is asked to reopen).  Returns 0
+ * with the lock held, or EBUSY or the reason the store is closed.
+ */
+static int
+env_enter_try(struct lstore *s, sg_error *err)
+{
+	int rc;
+
+	if (pthread_rwlock_tryrdlock(&s->rw) != 0)
+		return sg_seterr(err, EBUSY,
+		    "store is being resized or reopened");
+	if (s->env == NULL) {
+		rc = s->env_rc != 0 ? s->env_rc : SG_ESTORE;
+		pthread_rwlock_unlock(&s->rw);
+		maint_request_try(s, MAINT_REOPEN);
+		return sg_seterr(err, rc, "store is being reopened");
+	}
+	if (gen_load(s) != s->gen)
+		maint_request_try(s, MAINT_REOPEN);
+	return 0;
+}
+
+/* The event loop's lookup: lm_lookup() that only ever tries its locks. */
+static int
+lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
+    sg_error *err)
+{
+	struct lstore *s = be;
+	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
+	MDB_txn *txn;
+	uint64_t now, t = 0, seq;
+	const char *id;
+	size_t id_len;
+	bool hit = false;
+	int rc, tries;
+
+	now = sgi_store_now(&s->o);
+	for (tries = 0;; tries++) {
+		if ((rc = env_enter_try(s, err)) != 0)
+			return rc;
+		rc = rtxn_get(s, &txn);
+		if (rc == MDB_MAP_RESIZED && tries < 2) {
+			pthread_rwlock_unlock(&s->rw);
+			if (pthread_rwlock_trywrlock(&s->rw) == 0) {
+				env_adopt_locked(s);
+				pthread_rwlock_unlock(&s->rw);
+				continue;
+			}
+			maint_request_try(s, MAINT_ADOPT);
+			return sg_seterr(err, EBUSY, "store map is being resized");
+		}
+		if (rc != 0) {
+			pthread_rwlock_unlock(&s->rw);
+			return lerr(err, rc, "read transaction");
+		}
+		break;
+	}
+	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
+		hit = true;
+		entry_fill(out, k->text, k->digest, t, id, id_len, now);
+	}
+	rtxn_put(s, txn);
+	pthread_rwlock_unlock(&s->rw);
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return lerr(err, rc, "lookup");
+	if (!hit)
+		return SG_ENOTFOUND;
+	if (is_expired(s, t, now)) {
+		struct op op;
+
+		op.kind = OP_EXPIRE;
+		op.t = t;
+		op.id_len = 0;
+		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
+		(void)enqueue(s, &op, true, NULL, NULL);	/* best effort */
 		return SG_ENOTFOUND;
 	}
 	return 0;
@@ -1496,7 +1634,7 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 
 static int
 lm_put(void *be, const sgi_lckey *k, const char *id, size_t id_len,
-    uint64_t written_ms, sg_error *err)
+    uint64_t written_ms, uint64_t *seq, sg_error *err)
 {
 	struct op op;
 
@@ -1505,7 +1643,7 @@ lm_put(void *be, const sgi_lckey *k, const char *id, size_t id_len,
 	op.id_len = (uint16_t)id_len;
 	memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
 	memcpy(op.id, id, id_len);
-	return enqueue(be, &op, err);
+	return enqueue(be, &op, false, seq, err);
 }
 
 static int
@@ -1517,7 +1655,7 @@ lm_del(void *be, const sgi_lckey *k, sg_error *err)
 	op.t = 0;
 	op.id_len = 0;
 	memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
-	return enqueue(be, &op, err);
+	return enqueue(be, &op, false, NULL, err);
 }
 
 static int
@@ -1735,6 +1873,7 @@ lm_close(void *be)
 static const struct sgi_store_ops lmdb_ops = {
 	.name = "lmdb",
 	.lookup = lm_lookup,
+	.lookup_nowait = lm_lookup_nowait,
 	.put = lm_put,
 	.del = lm_del,
 	.flush = lm_flush,
