@@ -575,12 +575,21 @@ log_attempt_error(preq *q, const char *msg, CURLcode cc)
 	sg_log_end(&r);
 }
 
+/* Forget the upstream headers gathered for a reply that will not come. */
+static void
+reset_output_headers(preq *q)
+{
+	if (q->req != NULL)
+		evhttp_clear_headers(evhttp_request_get_output_headers(q->req));
+}
+
 /* The attempt is over without a reply: retry or answer 502. */
 static void
 attempt_failed(preq *q, CURLcode cc)
 {
 	bool again = transport_retryable(q, cc);
 
+	reset_output_headers(q);
 	log_attempt_error(q, "upstream attempt failed", cc);
 	metrics_attempt(q, q->cur->cs->id, "proxy_502");
 	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "transport error");
@@ -610,9 +619,7 @@ on_done(xfer *x, CURLcode cc)
 		otlp_span_int(&q->aspan, "proxy.upstream_status", q->ustatus);
 		otlp_span_end(&q->aspan);
 		forward_cancel(q);
-		if (q->req != NULL)
-			evhttp_clear_headers(
-			    evhttp_request_get_output_headers(q->req));
+		reset_output_headers(q);
 		route_retry(q, reason_label(q->retry_reason));
 		return;
 	}
@@ -668,6 +675,7 @@ forward_idle_check(preq *q)
 		return;
 	}
 	forward_cancel(q);
+	reset_output_headers(q);
 	route_fail(q, 504, "upstream_timeout", "upstream timed out");
 }
 

@@ -266,7 +266,7 @@ parse_budget(preq *q, struct evkeyvalq *in, sg_error *err)
 }
 
 static void
-handle_routed(proxy *p, struct evhttp_request *req)
+handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
 {
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
 	struct evkeyval *kv;
@@ -291,6 +291,7 @@ handle_routed(proxy *p, struct evhttp_request *req)
 		return;
 	}
 	q->req = req;
+	q->endpoint = endpoint;
 	memset(&err, 0, sizeof(err));
 	if ((rc = sg_request_from_header_list(&q->sr, p->hdrs, n, &err)) != 0 ||
 	    (rc = parse_budget(q, in, &err)) != 0 ||
@@ -306,10 +307,26 @@ handle_routed(proxy *p, struct evhttp_request *req)
 		preq_put(q);
 		return;
 	}
-	if (p->draining)
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Connection", "close");
+	q->close_after = p->draining;
 	route_start(q);
+}
+
+/* The endpoint label of a routed path (ref §1.1), or NULL. */
+static const char *
+routed_endpoint(const char *path)
+{
+	if (strncmp(path, "/v1/", 4) != 0)
+		return NULL;
+	path += 4;
+	if (strcmp(path, "chat/completions") == 0)
+		return "chat_completions";
+	if (strcmp(path, "completions") == 0)
+		return "completions";
+	if (strcmp(path, "responses") == 0)
+		return "responses";
+	if (strcmp(path, "embeddings") == 0)
+		return "embeddings";
+	return NULL;
 }
 
 void
@@ -320,15 +337,13 @@ http_dispatch(struct evhttp_request *req, void *arg)
 	const char *path = u != NULL ? evhttp_uri_get_path(u) : NULL;
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+	const char *endpoint;
 
 	if (path == NULL) {
 		http_send_error(req, 400, "invalid_request", "bad request target");
 		return;
 	}
-	if (strcmp(path, "/v1/chat/completions") == 0 ||
-	    strcmp(path, "/v1/completions") == 0 ||
-	    strcmp(path, "/v1/responses") == 0 ||
-	    strcmp(path, "/v1/embeddings") == 0) {
+	if ((endpoint = routed_endpoint(path)) != NULL) {
 		if (cmd != EVHTTP_REQ_POST) {
 			evhttp_add_header(evhttp_request_get_output_headers(req),
 			    "Allow", "POST");
@@ -336,7 +351,7 @@ http_dispatch(struct evhttp_request *req, void *arg)
 			    "method not allowed");
 			return;
 		}
-		handle_routed(p, req);
+		handle_routed(p, req, endpoint);
 		return;
 	}
 	if (strcmp(path, "/healthz") != 0 && strcmp(path, "/readyz") != 0 &&

@@ -118,6 +118,9 @@ void
 route_fail(preq *q, int status, const char *code, const char *msg)
 {
 	if (q->req != NULL) {
+		if (q->close_after)
+			evhttp_add_header(evhttp_request_get_output_headers(
+			    q->req), "Connection", "close");
 		if (status == 503 && strcmp(code, "overloaded_error") == 0)
 			http_send_overloaded(q->req);
 		else
