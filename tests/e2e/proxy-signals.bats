@@ -185,3 +185,25 @@ exited() {
 		[ "$STATUS" = 200 ] || { show; return 1; }
 	done
 }
+
+@test "after a reload removes a session's last cluster, the session is stale and served elsewhere" {
+	start_engine A -c 4 -t 1 --decode-tps 1000
+	start_engine B -c 4 -t 1 --decode-tps 1000
+	clusters A B
+	lb_session wait-and-widen true 300
+	start_proxy
+	req -H "x-cache-affinity-key: $AKEY" -H 'x-stargate-last-cluster-id: B'
+	[ "$CLUSTER" = B ] || { show; return 1; }
+	clusters A
+	kill -HUP "$PROXY_PID"
+	sleep 0.5
+	req -H "x-cache-affinity-key: $AKEY" -H 'x-stargate-last-cluster-id: B'
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	[ "$CLUSTER" = A ]
+	# stale: no affinity wait either
+	[ "$MS" -lt 250 ]
+	METRICS=$(metrics)
+	local m=stargate_routing_session_selections_total
+	[ "$(msum $m 'session_state="returning"' 'selection="primary"')" = 1 ]
+	[ "$(msum $m 'session_state="stale"' 'selection="primary"')" = 1 ]
+}
