@@ -104,3 +104,31 @@ teardown() {
 	run -0 curl -sS --max-time 5 "$(eurl F)/control/events"
 	[ "$(jq -r .last_path <<<"$output")" = '/v1/chat/completions?api-version=2' ]
 }
+
+# seq_of URL: the clusters 12 requests with fixed ids get from URL's random.
+seq_of() {
+	local i out=
+	for i in $(seq 1 12); do
+		PROXY_URL=$1 OMIT=x-request-id req -H "x-request-id: det-$i" -H 'x-routing-method: random'
+		[ "$STATUS" = 200 ] || { show >&2; return 1; }
+		out+=$CLUSTER
+	done
+	echo "$out"
+}
+
+@test "two routers with the same seed choose alike for the same requests; another seed differs" {
+	PROXY_TAG=proxy1 start_proxy --seed 7
+	local u1=$PROXY_URL
+	PROXY_TAG=proxy2 start_proxy --seed 7
+	local u2=$PROXY_URL
+	PROXY_TAG=proxy3 start_proxy --seed 8
+	local u3=$PROXY_URL
+	local s1 s2 s3
+	s1=$(seq_of "$u1")
+	s2=$(seq_of "$u2")
+	s3=$(seq_of "$u3")
+	echo "seed 7: $s1, seed 7: $s2, seed 8: $s3"
+	[ "$s1" = "$s2" ]
+	[ "$s1" != "$s3" ]
+	[[ $s1 == *A* && $s1 == *C* ]]
+}

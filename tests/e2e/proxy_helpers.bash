@@ -198,7 +198,8 @@ lb_simple() {
 # $T/clusters.json and $T/lb.json (when present); waits for the port file
 # and for /readyz 200 (not with PROXY_NOWAIT set).  Sets PROXY_PID,
 # PROXY_PORT, PROXY_URL.  The output
-# goes to $T/proxy.out and $T/proxy.err (PROXY_TAG changes the names).
+# goes to $T/proxy.out and $T/proxy.err (PROXY_TAG changes the names;
+# keep it starting with "proxy" so that teardown checks its stderr).
 start_proxy() {
 	local tag=${PROXY_TAG:-proxy} lb=() i code
 	[ -f "$T/lb.json" ] && lb=(--lb-config "$T/lb.json")
