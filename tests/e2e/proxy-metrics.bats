@@ -133,3 +133,26 @@ sel() {
 	METRICS=$(cat "$T/metrics.txt")
 	[ "$(msum stargate_requests_total 'status="200"')" = 10 ]
 }
+
+@test "debug logs record the session classification and never a raw affinity key" {
+	start_engine A -c 2 -t 1 --decode-tps 1000
+	start_engine B -c 2 -t 1 --decode-tps 1000
+	clusters A B
+	lb_session wait-and-widen true 300
+	start_proxy --log-level debug
+	local secret=secret-affinity-key-4711
+	req -H "x-cache-affinity-key: $secret" -H 'x-stargate-last-cluster-id: B' \
+	    -H 'authorization: Bearer sk-do-not-log-0042'
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	req -H "x-cache-affinity-key: $secret"
+	[ "$STATUS" = 200 ] || { show; return 1; }
+	sleep 0.2
+	grep 'session' "$T/proxy.err" | head -5
+	# ref §5.4: one debug line per classification, with the state
+	grep -q 'session_state=returning' "$T/proxy.err"
+	grep -q 'session_state=new' "$T/proxy.err"
+	grep 'session_state=returning' "$T/proxy.err" | grep -q 'last_cluster_promoted='
+	! grep -qF "$secret" "$T/proxy.err"
+	! grep -qF 'sk-do-not-log-0042' "$T/proxy.err"
+	! grep -qF "$secret" "$T/proxy.out"
+}
