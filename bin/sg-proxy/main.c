@@ -177,6 +177,7 @@ static const struct uopt uopts[] = {
 
 static proxy P;
 static pconf C;
+static bool pid_written;
 
 static void cleanup(proxy *p);
 
@@ -685,6 +686,7 @@ main(int argc, char **argv)
 			rc = EX_CANTCREAT;
 			goto out;
 		}
+		pid_written = true;
 	}
 	printf(strchr(host, ':') != NULL ? "listening on [%s]:%u\n" :
 	    "listening on %s:%u\n", host, port);
@@ -706,7 +708,7 @@ main(int argc, char **argv)
 	}
 	rc = C.workers == 1 ? worker_run(&P) : master(&P);
 out:
-	if (C.pid_file != NULL && rc != EX_CANTCREAT && P.listen_fd >= 0)
+	if (pid_written)
 		unlink(C.pid_file);
 	sg_clusterfile_free(cf);
 	cleanup(&P);
