@@ -276,6 +276,14 @@ handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
 	preq *q;
 	int rc;
 
+	if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) >
+	    p->conf->max_body) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "Connection", "close");
+		http_send_error(req, 413, "request_too_large",
+		    "request body exceeds the replay limit");
+		return;
+	}
 	TAILQ_FOREACH(kv, in, next) {
 		if (n == p->conf->max_headers) {
 			http_send_error(req, 431, "request_header_fields_too_large",

@@ -141,11 +141,21 @@ setup_http(proxy *p)
 {
 	const pconf *c = p->conf;
 	struct timeval tv;
+	uint64_t margin;
 	int fd;
 
 	if ((p->http = evhttp_new(p->base)) == NULL)
 		return EX_OSERR;
-	evhttp_set_max_body_size(p->http, (ev_ssize_t)c->max_body);
+	/*
+	 * libevent answers a body over its limit with an HTML page; the
+	 * handler answers the ref's JSON 413 for bodies up to a margin past
+	 * --max-body-bytes, so only far larger ones (which are not read
+	 * into memory) get libevent's page.
+	 */
+	margin = c->max_body > 65536 ? c->max_body : 65536;
+	if (margin > (16u << 20))
+		margin = 16u << 20;
+	evhttp_set_max_body_size(p->http, (ev_ssize_t)(c->max_body + margin));
 	evhttp_set_max_headers_size(p->http, (ev_ssize_t)c->max_header_bytes);
 	/* evhttp has one idle timeout for reading a request (headers and
 	 * body alike) and writing a reply: the larger of the two bounds. */
