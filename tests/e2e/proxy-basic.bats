@@ -105,10 +105,10 @@ teardown() {
 	[ "$(jq -r .last_path <<<"$output")" = '/v1/chat/completions?api-version=2' ]
 }
 
-# seq_of URL: the clusters 12 requests with fixed ids get from URL's random.
+# seq_of URL: the clusters 10 requests with fixed ids get from URL's random.
 seq_of() {
 	local i out=
-	for i in $(seq 1 12); do
+	for i in $(seq 1 10); do
 		PROXY_URL=$1 OMIT=x-request-id req -H "x-request-id: det-$i" -H 'x-routing-method: random'
 		[ "$STATUS" = 200 ] || { show >&2; return 1; }
 		out+=$CLUSTER
