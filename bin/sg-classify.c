@@ -1,20 +1,26 @@
 /*
  * sg-classify — show how Stargate sees an OpenAI request: its session
- * identity (SPEC.md §6 gateway stage, ref §7.1–§7.3) and, given a snapshot,
- * the router's session classification (SPEC.md §4, ref §5).
+ * identity (SPEC.md §6 gateway stage, ref §7.1–§7.3), what the last-cluster
+ * store remembers of its session, the routing request the gateway sends,
+ * and, given a snapshot, the router's session classification (SPEC.md §4,
+ * ref §5).
  *
- * The gateway half is sg_identity_parse(), the code sg-proxy runs: routing
- * key and model from the model id, the session source and cache affinity
- * key, eligibility for the last-cluster store, the token estimate, and the
- * store key (sg_lc_key, the function the store uses).  The router half
- * builds the routing request the gateway would send (request id, routing
- * key, model, affinity key, token estimate, and the last-cluster hint) and
- * asks the decision engine for a decision and its explanation.
+ * Every rule here is the library's, the code sg-proxy runs:
+ * sg_identity_parse() reads routing key and model, session source, cache
+ * affinity key and token estimate; sg_gateway.h says which sessions are
+ * eligible for the store, under which key, and builds the trusted headers
+ * of the routing request, which the router's own parser reads back
+ * (sg_gateway_request), so the hint and every other value follow the
+ * router's rules, the optional-string rule included: a hint that is blank,
+ * not UTF-8 or holds a control character is no hint (session new), never
+ * an error.  The hint reaches the router only for sessions eligible for
+ * the store (a payload session never carries one).
  *
- * The hint is what the gateway would send: it reaches the router only for
- * sessions eligible for the store (a payload session never carries one),
- * and it follows the optional-string rule (trimmed; blank or not UTF-8 is
- * absent, never an error).
+ * --store DIR looks the session up with sg_store_lookup_start(), the
+ * event loop's lookup, with the lookup timeout and TTL of the
+ * STARGATE_LAST_CLUSTER_* settings (sg_lcconf); --request prints the
+ * routing request (SPEC.md §2.2 JSON) instead of the identity, for
+ * `sg-classify --store DIR --request body.json | sg-route -s snap`.
  *
  * Input: one body (file operand or stdin) with -H / --headers-file
  * headers, or --ndjson records {"body", "headers", "endpoint",
@@ -24,6 +30,7 @@
  * Nothing here writes a session id, affinity key or prompt to stderr:
  * error messages carry the reason only.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -35,7 +42,9 @@
 #include <jansson.h>
 
 #include "stargate.h"
+#include "sg_gateway.h"
 #include "sg_identity.h"
+#include "sg_lcconf.h"
 #include "sg_store.h"
 #include "common/cli.h"
 
@@ -54,6 +63,9 @@ enum {
 	OPT_ELAPSED,
 	OPT_SEED,
 	OPT_NDJSON,
+	OPT_STORE,
+	OPT_REQUEST,
+	OPT_TTL,
 	OPT_VERSION,
 };
 
@@ -66,10 +78,13 @@ static const struct option longopts[] = {
 	{ "help",		no_argument,		NULL,	'h' },
 	{ "last-cluster",	required_argument,	NULL,	OPT_LAST_CLUSTER },
 	{ "ndjson",		no_argument,		NULL,	OPT_NDJSON },
+	{ "request",		no_argument,		NULL,	OPT_REQUEST },
 	{ "routing-key",	required_argument,	NULL,	OPT_ROUTING_KEY },
 	{ "routing-method",	required_argument,	NULL,	OPT_ROUTING_METHOD },
 	{ "seed",		required_argument,	NULL,	OPT_SEED },
 	{ "snapshot",		required_argument,	NULL,	's' },
+	{ "store",		required_argument,	NULL,	OPT_STORE },
+	{ "ttl",		required_argument,	NULL,	OPT_TTL },
 	{ "version",		no_argument,		NULL,	OPT_VERSION },
 	{ NULL,			0,			NULL,	0 }
 };
@@ -79,6 +94,7 @@ const char cli_synopsis[] =
     "                   [--endpoint chat|completions|responses|embeddings]\n"
     "                   [--routing-key RK] [-c lb-config.json] [-s snapshot.json]\n"
     "                   [--last-cluster ID] [--routing-method M] [--elapsed-ms N]\n"
+    "                   [--store DIR [--ttl DUR]] [--request]\n"
     "                   [--seed N] [--ndjson] [request.json | -]\n";
 
 const char cli_help[] = "\n"
@@ -89,8 +105,16 @@ const char cli_help[] = "\n"
     "      --routing-key RK        routing key bound by the API key (default none)\n"
     "  -c, --config FILE           lb-config.json (default: the permissive default)\n"
     "  -s, --snapshot FILE         snapshot JSON: also classify on the router side\n"
-    "      --last-cluster ID       the last-cluster hint (default: the\n"
-    "                              x-stargate-last-cluster-id header, else none)\n"
+    "      --last-cluster ID       the last-cluster hint (default: the --store\n"
+    "                              lookup, else the x-stargate-last-cluster-id\n"
+    "                              header, else none)\n"
+    "      --store DIR             look the session up in this last-cluster store\n"
+    "                              (TTL and lookup timeout from the\n"
+    "                              STARGATE_LAST_CLUSTER_* environment)\n"
+    "      --ttl DUR               entry TTL for --store (default\n"
+    "                              $STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
+    "      --request               print the routing request sg-route reads\n"
+    "                              instead (exclusive with -s)\n"
     "      --routing-method M      x-routing-method the gateway sends (default none)\n"
     "      --elapsed-ms N          elapsed ms since arrival (default 0)\n"
     "      --seed N                router seed, unsigned 64-bit (default 0)\n"
@@ -200,30 +224,6 @@ hdrs_get(const sg_header *h, size_t n, const char *name)
 	return NULL;
 }
 
-/*
- * The optional-string rule of ref §1.2: the value trimmed; blank or not
- * UTF-8 is absent (NULL), never an error.  A new string or NULL; *oom set
- * when allocation failed.
- */
-static char *
-opt_string(const char *s, bool *oom)
-{
-	size_t len;
-	char *out;
-
-	if (s == NULL)
-		return NULL;
-	len = strlen(s);
-	if (!sg_utf8_valid(s, len))
-		return NULL;
-	sg_trim(&s, &len);
-	if (len == 0)
-		return NULL;
-	if ((out = strndup(s, len)) == NULL)
-		*oom = true;
-	return out;
-}
-
 /* --- options and run state ------------------------------------------------ */
 
 struct opts {
@@ -239,7 +239,11 @@ struct opts {
 	double		 elapsed_ms;
 	uint64_t	 seed;
 	bool		 ndjson;
-	bool		 route_opts;	/* a router-side option was given */
+	bool		 request;	/* --request: print the routing request */
+	const char	*store;		/* --store DIR */
+	const char	*ttl;		/* --ttl DUR */
+	bool		 route_opts;	/* -c or --seed: need -s */
+	bool		 req_opts;	/* need -s or --request */
 };
 
 struct run {
@@ -248,6 +252,8 @@ struct run {
 	sg_lbconf	*conf;
 	sg_router	*rt;
 	sg_snapshot	*snap;		/* NULL: identity only */
+	sg_lcconf	 lc;		/* --store: TTL, lookup timeout */
+	sg_store	*store;		/* NULL: no lookups */
 	bool		 bad;		/* some record was bad */
 };
 
@@ -362,6 +368,45 @@ explain_field(const json_t *ex, const char *key)
 }
 
 /*
+ * The routing request the gateway would send for id (sg_gateway_build:
+ * the trusted headers), read back the way the router reads them
+ * (sg_gateway_request), so the hint, the method and every other value
+ * follow the router's rules exactly.  The request id is the client's
+ * x-request-id under the optional-string rule, else DEFAULT_REQUEST_ID.
+ * Returns 0 or a reported exit code.
+ */
+static int
+routing_request(struct run *r, const sg_identity *id, const sg_header *h,
+    size_t nh, const char *hint, sg_request *req, const char *source,
+    long line)
+{
+	sg_gateway_route rt;
+	sg_gateway_headers gh;
+	char rid[MAX_HEADER_LINE];
+	const char *v, *raw = hdrs_get(h, nh, "x-request-id");
+	size_t vlen;
+	sg_error err;
+	int lrc;
+
+	memset(&rt, 0, sizeof(rt));
+	rt.request_id = DEFAULT_REQUEST_ID;
+	if (raw != NULL && sg_optional_string(raw, strlen(raw), &v, &vlen) &&
+	    vlen < sizeof(rid)) {
+		memcpy(rid, v, vlen);
+		rid[vlen] = '\0';
+		rt.request_id = rid;
+	}
+	rt.routing_method = r->o->routing_method;
+	rt.last_cluster_id = hint;
+	sg_error_clear(&err);
+	if ((lrc = sg_gateway_build(&gh, id, &rt, &err)) != 0 ||
+	    (lrc = sg_gateway_request(req, &gh, &err)) != 0)
+		return cli_report(source, line, lrc, &err, false);
+	req->elapsed_ms = r->o->elapsed_ms;
+	return 0;
+}
+
+/*
  * The router half: decide and explain the routing request the gateway
  * would send, into a new "routing" object.  Returns 0 or a reported exit
  * code.
@@ -375,22 +420,12 @@ route(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
 	sg_decision d;
 	sg_error err;
 	json_t *ro = NULL, *ex = NULL, *dj = NULL;
-	char *request_id = NULL;
-	bool oom = false;
 	int lrc, rc = 0;
 
 	sg_request_init(&req);
-	request_id = opt_string(hdrs_get(h, nh, "x-request-id"), &oom);
-	if (oom)
-		return cli_oom();
-	req.request_id = request_id != NULL ? request_id : DEFAULT_REQUEST_ID;
-	req.routing_key = id->routing_key;
-	req.model = id->model;
-	req.cache_affinity_key = id->cache_affinity_key;
-	req.input_tokens = id->input_tokens;
-	req.last_cluster_id = hint;
-	req.routing_method = r->o->routing_method;
-	req.elapsed_ms = r->o->elapsed_ms;
+	if ((rc = routing_request(r, id, h, nh, hint, &req, source, line)) != 0)
+		goto out;
+	hint = req.last_cluster_id;	/* what the router reads */
 
 	sg_error_clear(&err);
 	memset(&d, 0, sizeof(d));
@@ -435,8 +470,149 @@ out:
 	json_decref(ex);
 	json_decref(dj);
 	sg_request_release(&req);
-	free(request_id);
 	return rc;
+}
+
+/* The first of the values that is present under the optional-string rule. */
+static const char *
+first_present(const char *const *v, size_t n)
+{
+	const char *t;
+	size_t i, tlen;
+
+	for (i = 0; i < n; i++)
+		if (v[i] != NULL && sg_optional_string(v[i], strlen(v[i]), &t,
+		    &tlen))
+			return v[i];
+	return NULL;
+}
+
+/*
+ * --store: look the session up as the gateway does (eligible sessions
+ * only, with the lookup timeout, never waiting), into *hint (a copy in
+ * buf) and a "store_lookup" object: {"result": hit|miss|timeout|error|
+ * skipped, "cluster_id", "age_ms"}; null when the request has no cache
+ * affinity key (no lookup at all, as in the gateway).
+ */
+static int
+store_lookup(struct run *r, const sg_identity *id, char *buf,
+    const char **hint, json_t **out)
+{
+	char key[SG_LC_KEY_LEN + 1];
+	sg_store_lookup_req req;
+	const char *result;
+	json_t *o;
+
+	*hint = NULL;
+	*out = NULL;
+	if (id->cache_affinity_key == NULL)
+		return (*out = json_null()) != NULL ? 0 : cli_oom();
+	if (sg_gateway_store_key(id, key) != 0)
+		return (*out = json_pack("{s:s}", "result", "skipped")) !=
+		    NULL ? 0 : cli_oom();
+	sg_store_lookup_start(r->store, &req, key, SG_LC_KEY_LEN,
+	    sg_store_mono_ns() + r->lc.lookup_timeout_ns, NULL, NULL);
+	switch (req.rc) {
+	case 0:			result = "hit"; break;
+	case SG_ENOTFOUND:	result = "miss"; break;
+	case EBUSY:		/* FALLTHROUGH */
+	case ETIMEDOUT:		result = "timeout"; break;
+	default:		result = "error"; break;
+	}
+	if (req.rc == 0) {
+		memcpy(buf, req.entry.cluster_id, req.entry.cluster_id_len + 1);
+		*hint = buf;
+		o = json_pack("{s:s, s:s, s:I}", "result", result,
+		    "cluster_id", buf, "age_ms", (json_int_t)(req.entry.age_ms >
+		    INT64_MAX ? INT64_MAX : req.entry.age_ms));
+	} else if (strcmp(result, "miss") != 0)
+		o = json_pack("{s:s, s:s}", "result", result, "error",
+		    req.err.text);
+	else
+		o = json_pack("{s:s}", "result", result);
+	if (o == NULL)
+		return cli_oom();
+	*out = o;
+	return 0;
+}
+
+/*
+ * The hint for the routing request: --last-cluster, else the record's
+ * last_cluster_id, else (with --store) the store's answer, else the
+ * x-stargate-last-cluster-id header.  The first value present under the
+ * optional-string rule wins; the gateway then drops it for a session not
+ * eligible for the store, and *ignored says why.
+ */
+static int
+pick_hint(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
+    const char *rec_hint, char *buf, const char **hint, const char **ignored,
+    json_t **lookup)
+{
+	const char *given[2] = { r->o->last_cluster, rec_hint }, *hdr;
+	int rc;
+
+	*ignored = NULL;
+	*lookup = NULL;
+	*hint = first_present(given, 2);
+	if (r->store != NULL && (rc = store_lookup(r, id, buf,
+	    *hint == NULL ? hint : &hdr, lookup)) != 0)
+		return rc;
+	if (*hint == NULL && r->store == NULL) {
+		hdr = hdrs_get(h, nh, "x-stargate-last-cluster-id");
+		*hint = first_present(&hdr, 1);
+	}
+	if (*hint != NULL && !sg_gateway_store_eligible(id)) {
+		/* The gateway looks up eligible sessions only. */
+		*ignored = id->source == SG_SOURCE_NONE ?
+		    "request has no session" :
+		    "session source is not eligible for the last-cluster store";
+		*hint = NULL;
+	}
+	return 0;
+}
+
+/* --request: the routing request, as sg-route reads it (SPEC.md §2.2). */
+static int
+emit_request(struct run *r, const sg_identity *id, const sg_header *h,
+    size_t nh, const char *hint, const char *source, long line)
+{
+	sg_request req;
+	json_t *o;
+	int rc;
+
+	sg_request_init(&req);
+	if ((rc = routing_request(r, id, h, nh, hint, &req, source, line)) != 0)
+		goto out;
+	if ((o = sg_request_to_json(&req)) == NULL) {
+		rc = cli_oom();
+		goto out;
+	}
+	rc = cli_emit(o, r->o->ndjson);
+	json_decref(o);
+out:
+	sg_request_release(&req);
+	return rc;
+}
+
+static json_t *
+identity_json(const sg_identity *id)
+{
+	char lc[SG_LC_KEY_LEN + 1];
+	json_t *obj;
+
+	obj = json_pack("{s:s, s:o, s:o, s:o, s:b, s:o, s:o, s:I, s:o}",
+	    "endpoint", sg_endpoint_name(id->endpoint),
+	    "routing_key", str_or_null(id->routing_key),
+	    "model", str_or_null(id->model),
+	    "source", str_or_null(sg_session_source_name(id->source)),
+	    "eligible", sg_gateway_store_eligible(id),
+	    "session_id", str_or_null(id->session_id),
+	    "cache_affinity_key", str_or_null(id->cache_affinity_key),
+	    "input_tokens", (json_int_t)(id->input_tokens > INT64_MAX ?
+	    INT64_MAX : id->input_tokens),
+	    "store_key", sg_gateway_store_key(id, lc) == 0 ? json_string(lc) :
+	    json_null());
+	return obj;
 }
 
 /*
@@ -448,13 +624,11 @@ static int
 classify(struct run *r, const json_t *body, int endpoint, const sg_header *h,
     size_t nh, const char *rec_hint, const char *source, long line)
 {
-	char lc[SG_LC_KEY_LEN + 1];
-	const char *ignored = NULL;
+	char buf[SG_ID_MAX + 1];
+	const char *ignored = NULL, *hint = NULL;
 	sg_identity id;
 	sg_error err;
-	json_t *obj = NULL, *routing = NULL;
-	char *hint = NULL;
-	bool oom = false;
+	json_t *obj = NULL, *routing = NULL, *lookup = NULL;
 	int lrc, rc = 0;
 
 	sg_identity_init(&id);
@@ -464,48 +638,22 @@ classify(struct run *r, const json_t *body, int endpoint, const sg_header *h,
 		rc = cli_report(source, line, lrc, &err, false);
 		goto out;
 	}
-	obj = json_pack("{s:s, s:o, s:o, s:o, s:b, s:o, s:o, s:I}",
-	    "endpoint", sg_endpoint_name(endpoint),
-	    "routing_key", str_or_null(id.routing_key),
-	    "model", str_or_null(id.model),
-	    "source", str_or_null(sg_session_source_name(id.source)),
-	    "eligible", id.eligible,
-	    "session_id", str_or_null(id.session_id),
-	    "cache_affinity_key", str_or_null(id.cache_affinity_key),
-	    "input_tokens", (json_int_t)(id.input_tokens > INT64_MAX ?
-	    INT64_MAX : id.input_tokens));
-	if (obj == NULL)
+	if ((rc = pick_hint(r, &id, h, nh, rec_hint, buf, &hint, &ignored,
+	    &lookup)) != 0)
+		goto out;
+	if (r->o->request) {
+		rc = emit_request(r, &id, h, nh, hint, source, line);
+		goto out;
+	}
+	if ((obj = identity_json(&id)) == NULL)
 		goto oom;
-	if (id.eligible) {
-		if (sg_lc_key(lc, id.routing_key, strlen(id.routing_key),
-		    id.model, strlen(id.model), id.cache_affinity_key,
-		    strlen(id.cache_affinity_key)) != 0)
+	if (lookup != NULL) {
+		lrc = json_object_set_new(obj, "store_lookup", lookup);
+		lookup = NULL;
+		if (lrc != 0)
 			goto oom;
-		lrc = json_object_set_new(obj, "store_key", json_string(lc));
-	} else
-		lrc = json_object_set_new(obj, "store_key", json_null());
-	if (lrc != 0)
-		goto oom;
-
+	}
 	if (r->snap != NULL) {
-		/* --last-cluster, else the record's, else the header. */
-		hint = opt_string(r->o->last_cluster, &oom);
-		if (hint == NULL && !oom)
-			hint = opt_string(rec_hint, &oom);
-		if (hint == NULL && !oom)
-			hint = opt_string(hdrs_get(h, nh,
-			    "x-stargate-last-cluster-id"), &oom);
-		if (oom)
-			goto oom;
-		if (hint != NULL && !id.eligible) {
-			/* The gateway looks up eligible sessions only. */
-			ignored = id.source == SG_SOURCE_NONE ?
-			    "request has no session" :
-			    "session source is not eligible for the "
-			    "last-cluster store";
-			free(hint);
-			hint = NULL;
-		}
 		if ((rc = route(r, &id, h, nh, hint, ignored, source, line,
 		    &routing)) != 0)
 			goto out;
@@ -518,7 +666,7 @@ oom:
 	rc = cli_oom();
 out:
 	json_decref(obj);
-	free(hint);
+	json_decref(lookup);
 	sg_identity_release(&id);
 	return rc;
 }
@@ -628,6 +776,46 @@ out:
 	return rc;
 }
 
+/* --- the store ------------------------------------------------------------ */
+
+/*
+ * --store: the STARGATE_LAST_CLUSTER_* settings (sg_lcconf, as sg-proxy
+ * reads them), --store and --ttl over them, then the store, never created.
+ * Returns 0 or a reported exit code (64 bad setting, 66 no store, ...).
+ */
+static int
+open_store(struct run *r)
+{
+	sg_store_opts so;
+	sg_error err;
+	int rc;
+
+	sg_lcconf_init(&r->lc);
+	sg_error_clear(&err);
+	if ((rc = sg_lcconf_from_env(&r->lc, getenv, &err)) != 0 ||
+	    (rc = sg_lcconf_set(&r->lc, SG_LCCONF_STORE, r->o->store,
+	    "--store", &err)) != 0 ||
+	    (r->o->ttl != NULL && (rc = sg_lcconf_set(&r->lc, SG_LCCONF_TTL,
+	    r->o->ttl, "--ttl", &err)) != 0)) {
+		cli_complain(NULL, 0, "%s", err.text);
+		return EX_USAGE;
+	}
+	sg_store_opts_init(&so);
+	sg_lcconf_store_opts(&r->lc, &so);
+	if ((rc = sg_store_open(&r->store, &so, &err)) != 0) {
+		cli_complain(NULL, 0, "%s", err.text);
+		switch (rc) {
+		case ENOENT: case ENOTDIR: case EACCES: case EPERM:
+			return EX_NOINPUT;
+		case SG_ECONFIG:
+			return EX_USAGE;
+		default:
+			return EX_IOERR;
+		}
+	}
+	return 0;
+}
+
 /* --- main ----------------------------------------------------------------- */
 
 int
@@ -683,11 +871,11 @@ main(int argc, char *argv[])
 			break;
 		case OPT_LAST_CLUSTER:
 			o.last_cluster = optarg;
-			o.route_opts = true;
+			o.req_opts = true;
 			break;
 		case OPT_ROUTING_METHOD:
 			o.routing_method = optarg;
-			o.route_opts = true;
+			o.req_opts = true;
 			break;
 		case OPT_ELAPSED:
 			if (cli_opt_ms("--elapsed-ms", optarg,
@@ -695,7 +883,7 @@ main(int argc, char *argv[])
 				hdrs_free(&r.hdrs);
 				cli_usage(EX_USAGE);
 			}
-			o.route_opts = true;
+			o.req_opts = true;
 			break;
 		case OPT_SEED:
 			if (cli_opt_u64("--seed", optarg, &o.seed) != 0) {
@@ -706,6 +894,15 @@ main(int argc, char *argv[])
 			break;
 		case OPT_NDJSON:
 			o.ndjson = true;
+			break;
+		case OPT_REQUEST:
+			o.request = true;
+			break;
+		case OPT_STORE:
+			o.store = optarg;
+			break;
+		case OPT_TTL:
+			o.ttl = optarg;
 			break;
 		case OPT_VERSION:
 			hdrs_free(&r.hdrs);
@@ -722,10 +919,21 @@ main(int argc, char *argv[])
 		cli_usage_error("at most one input operand");
 	}
 	o.input = argc == 1 ? argv[0] : NULL;
-	if (o.route_opts && o.snapshot == NULL) {
+	if (o.request && o.snapshot != NULL) {
 		hdrs_free(&r.hdrs);
-		cli_usage_error("-c, --last-cluster, --routing-method, "
-		    "--elapsed-ms and --seed need -s snapshot.json");
+		cli_usage_error("--request and -s are exclusive (pipe the "
+		    "request into sg-route -s)");
+	}
+	if ((o.route_opts && o.snapshot == NULL) ||
+	    (o.req_opts && o.snapshot == NULL && !o.request)) {
+		hdrs_free(&r.hdrs);
+		cli_usage_error("-c and --seed need -s snapshot.json; "
+		    "--last-cluster, --routing-method and --elapsed-ms need "
+		    "-s snapshot.json or --request");
+	}
+	if (o.ttl != NULL && o.store == NULL) {
+		hdrs_free(&r.hdrs);
+		cli_usage_error("--ttl needs --store");
 	}
 	if (cli_is_stdin(o.input) &&
 	    ((o.snapshot != NULL && cli_is_stdin(o.snapshot)) ||
@@ -737,6 +945,8 @@ main(int argc, char *argv[])
 
 	if (o.headers_file != NULL &&
 	    (rc = load_headers_file(&r, o.headers_file)) != 0)
+		goto out;
+	if (o.store != NULL && (rc = open_store(&r)) != 0)
 		goto out;
 	if (o.snapshot != NULL) {
 		if ((rc = cli_load_router(o.config, o.seed, &r.conf,
@@ -754,6 +964,7 @@ main(int argc, char *argv[])
 	if (rc == 0 && r.bad)
 		rc = EX_DATAERR;
 out:
+	sg_store_close(r.store);	/* commits deletions of expired entries */
 	rc = cli_finish(rc);
 	sg_snapshot_free(r.snap);
 	sg_router_free(r.rt);

@@ -3,8 +3,11 @@
 # validation (exit 65 with the 400 message), the mt:v1 and lc:v1 keys
 # (computed here independently with sha256sum), model id errors, token
 # estimates, the router-side classification (new, returning, stale) with a
-# snapshot and an lb-config, the header rules for x-stargate-last-cluster-id,
-# NDJSON mode, and every exit status.
+# snapshot and an lb-config, the header rules for x-stargate-last-cluster-id
+# (one answer with sg-route for a control character: new), --request (the
+# routing request sg-route reads, and the pipeline into sg-route), --store
+# (hit, miss, TTL, skipped sessions, the environment), NDJSON mode, and
+# every exit status.
 #
 # Affinity orders depend on XXH3 of the mt:v1 key, so the router tests do
 # not assume one: they read original_order from a first run and pick the
@@ -622,4 +625,169 @@ lckey() {
 	printf '{"body": {"model": "t/m"}, "endpoint": "nope"}\n' > "$BATS_TEST_TMPDIR/e.ndjson"
 	run -65 --separate-stderr "$CL" --ndjson "$BATS_TEST_TMPDIR/e.ndjson"
 	[[ $stderr == *"e.ndjson:1: endpoint:"* ]]
+}
+
+# --- one rule for the hint: the optional-string rule ---------------------------
+
+@test "a hint with a control character is absent: new, as sg-route reads the header" {
+	for src in opt hdr; do
+		if [ $src = opt ]; then
+			set -- --last-cluster $'A\x01'
+		else
+			set -- -H $'x-stargate-last-cluster-id: A\x01'
+		fi
+		run -0 --separate-stderr "$CL" -c "$F/lb-waw-flag.json" -s "$F/abc-free.json" \
+		    "$@" "$F/chat-pck.json"
+		[ -z "$stderr" ]
+		[ "$(j .routing.last_cluster_id)" = null ]
+		[ "$(j .routing.session_state)" = new ]
+	done
+	# sg-route, given the same hint as a header, says the same
+	run -0 --separate-stderr "$BIN/sg-route" --headers -c "$F/lb-waw-flag.json" \
+	    -s "$F/abc-free.json" < <(printf 'x-request-id: r\nx-model: llama\nx-routing-key: tenant-a\nx-input-tokens: 5\nx-cache-affinity-key: k\nx-stargate-last-cluster-id: A\001\n')
+	[ "$(j .session_state)" = new ]
+	# and --request sends no hint at all
+	run -0 --separate-stderr "$CL" --request --last-cluster $'A\x01' "$F/chat-pck.json"
+	[ "$(j 'has("last_cluster_id")')" = false ]
+}
+
+# --- --request: the routing request sg-route reads ------------------------------
+
+@test "--request prints the routing request the gateway sends (SPEC 2.2 JSON)" {
+	run -0 --separate-stderr "$CL" --request -H 'x-request-id: r-7' \
+	    --routing-method ' pulsar ' --last-cluster ' B ' --elapsed-ms 25 "$F/chat-pck.json"
+	[ -z "$stderr" ]
+	[ "${#lines[@]}" -eq 1 ]
+	[ "$(j .request_id)" = r-7 ]
+	[ "$(j .routing_key)" = tenant-a ]
+	[ "$(j .model)" = llama ]
+	[ "$(j .cache_affinity_key)" = "mt:v1:session:$(sha sess-1)" ]
+	[ "$(j .input_tokens)" = 11 ]
+	[ "$(j .routing_method)" = pulsar ]
+	[ "$(j .last_cluster_id)" = B ]
+	[ "$(j .elapsed_ms)" = 25 ]
+	# the default request id
+	run -0 --separate-stderr "$CL" --request "$F/chat-pck.json"
+	[ "$(j .request_id)" = sg-classify ]
+	[ "$(j 'has("last_cluster_id")')" = false ]
+}
+
+@test "--request drops the hint of a session not eligible for the store" {
+	run -0 --separate-stderr "$CL" --request --last-cluster B "$F/chat-payload.json"
+	[ "$(j 'has("last_cluster_id")')" = false ]
+	[ "$(j .cache_affinity_key | cut -c1-14)" = "mt:v1:payload:" ]
+}
+
+@test "--request | sg-route decides exactly what -s decides" {
+	run -0 --separate-stderr "$CL" -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" "$F/chat-pck.json"
+	hint=$(j '.routing.original_order[3]')
+	for h in "" "$hint" Z; do
+		set --
+		[ -n "$h" ] && set -- --last-cluster "$h"
+		want=$("$CL" -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" "$@" \
+		    "$F/chat-pck.json" | jq -c '.routing.decision | del(.elapsed_ms)')
+		got=$("$CL" --request "$@" "$F/chat-pck.json" |
+		    "$BIN/sg-route" -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" |
+		    jq -c 'del(.elapsed_ms)')
+		[ "$got" = "$want" ]
+	done
+	[[ $got == *'"session_state":"stale"'* ]]
+}
+
+@test "--request with --ndjson prints one request a line" {
+	in="$BATS_TEST_TMPDIR/in.ndjson"
+	{
+		printf '{"body": {"model": "tenant-a/llama", "prompt_cache_key": "s1"}, "last_cluster_id": "B"}\n'
+		printf '{"body": {"model": "tenant-a/llama", "prompt_cache_key": "s2"}, "headers": {"x-request-id": "r-2"}}\n'
+	} > "$in"
+	run -0 --separate-stderr "$CL" --ndjson --request "$in"
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jq -r .last_cluster_id <<<"${lines[0]}")" = B ]
+	[ "$(jq -r .request_id <<<"${lines[1]}")" = r-2 ]
+}
+
+@test "--request and -s are exclusive; --ttl needs --store (64)" {
+	run -64 --separate-stderr "$CL" --request -s "$F/abc-free.json" "$F/chat-pck.json"
+	[[ $stderr == *exclusive* ]]
+	run -64 --separate-stderr "$CL" --ttl 1m "$F/chat-pck.json"
+	[[ $stderr == *"--ttl needs --store"* ]]
+}
+
+# --- --store: the gateway's lookup ------------------------------------------------
+
+# A store holding cluster $2 for the session of fixture $1, written $3 ms ago.
+mkstore() {
+	local key
+	D=$BATS_TEST_TMPDIR/store
+	key=$("$CL" "$F/$1" | jq -r .store_key)
+	printf '{"key":"%s","cluster_id":"%s","written_ms":%s}\n' "$key" "$2" \
+	    $(($(date +%s%3N) - ${3:-0})) | "$BIN/sg-lastcluster" -d "$D" load >/dev/null
+}
+
+@test "--store: a hit becomes the hint the router receives" {
+	run -0 --separate-stderr "$CL" -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" "$F/chat-pck.json"
+	hint=$(j '.routing.original_order[3]')
+	mkstore chat-pck.json "$hint"
+	run -0 --separate-stderr "$CL" --store "$D" "$F/chat-pck.json"
+	[ -z "$stderr" ]
+	[ "$(j .store_lookup.result)" = hit ]
+	[ "$(j .store_lookup.cluster_id)" = "$hint" ]
+	[ "$(j '.store_lookup.age_ms >= 0')" = true ]
+	run -0 --separate-stderr "$CL" --store "$D" -c "$F/lb-pwaw-flag.json" \
+	    -s "$F/abcde-free.json" "$F/chat-pck.json"
+	[ "$(j .routing.last_cluster_id)" = "$hint" ]
+	[ "$(j .routing.session_state)" = returning ]
+	[ "$(j '.routing.effective_order[0]')" = "$hint" ]
+	# --last-cluster still wins over the store
+	run -0 --separate-stderr "$CL" --store "$D" --last-cluster Z \
+	    -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" "$F/chat-pck.json"
+	[ "$(j .routing.last_cluster_id)" = Z ]
+}
+
+@test "--store --request | sg-route: the proxy's decision in a pipeline" {
+	run -0 --separate-stderr "$CL" -c "$F/lb-pwaw-flag.json" -s "$F/abcde-free.json" "$F/chat-pck.json"
+	hint=$(j '.routing.original_order[3]')
+	mkstore chat-pck.json "$hint"
+	run -0 --separate-stderr bash -c '"$1" --store "$2" --request "$3" |
+	    "$4" -c "$5" -s "$6"' _ "$CL" "$D" "$F/chat-pck.json" "$BIN/sg-route" \
+	    "$F/lb-pwaw-flag.json" "$F/abcde-free.json"
+	[ "$(j .session_state)" = returning ]
+	[ "$(j .cluster_id)" = "$hint" ]
+}
+
+@test "--store: an entry older than the TTL is a miss; --ttl and the environment set it" {
+	mkstore chat-pck.json B 120000
+	run -0 --separate-stderr "$CL" --store "$D" "$F/chat-pck.json"	# default 10m
+	[ "$(j .store_lookup.result)" = hit ]
+	STARGATE_LAST_CLUSTER_TTL=1m run -0 --separate-stderr "$CL" --store "$D" "$F/chat-pck.json"
+	[ "$(j .store_lookup.result)" = miss ]
+	mkstore chat-pck.json B 120000
+	STARGATE_LAST_CLUSTER_TTL=1m run -0 --separate-stderr "$CL" --store "$D" \
+	    --ttl 1h "$F/chat-pck.json"
+	[ "$(j .store_lookup.result)" = hit ]
+	run -0 --separate-stderr "$CL" --store "$D" --ttl 1m --request "$F/chat-pck.json"
+	[ "$(j 'has("last_cluster_id")')" = false ]
+}
+
+@test "--store: payload sessions are skipped, requests without a session not looked up" {
+	mkstore chat-pck.json B
+	run -0 --separate-stderr "$CL" --store "$D" "$F/chat-payload.json"
+	[ "$(j .store_lookup.result)" = skipped ]
+	run -0 --separate-stderr "$CL" --store "$D" --endpoint completions "$F/completions.json"
+	[ "$(j .store_lookup)" = null ]
+	run -0 --separate-stderr "$CL" --store "$D" "$F/chat-conv-only.json"
+	[ "$(j .store_lookup.result)" != hit ]
+}
+
+@test "--store: a missing store exits 66, redis:// and bad settings exit 64" {
+	run -66 --separate-stderr "$CL" --store "$BATS_TEST_TMPDIR/none" "$F/chat-pck.json"
+	[ ! -e "$BATS_TEST_TMPDIR/none" ]
+	run -64 --separate-stderr "$CL" --store redis://127.0.0.1:6379/0 "$F/chat-pck.json"
+	[[ $stderr == *Redis* ]]
+	mkstore chat-pck.json B
+	STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT=soon run -64 --separate-stderr "$CL" \
+	    --store "$D" "$F/chat-pck.json"
+	[[ $stderr == *STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT* ]]
+	run -64 --separate-stderr "$CL" --store "$D" --ttl 0s "$F/chat-pck.json"
+	[[ $stderr == *"--ttl: not a duration > 0"* ]]
 }
