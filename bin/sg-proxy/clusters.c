@@ -261,6 +261,7 @@ gen_install(proxy *p, cgen *g)
 		g->cl[i].cs->cur = &g->cl[i];
 	p->gen = g;
 	gen_unref(old);
+	metrics_session_zero(p, g);
 }
 
 void

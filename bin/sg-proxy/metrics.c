@@ -166,25 +166,50 @@ metrics_admission(preq *q, const char *reason)
 	sg_series_inc(sg_metric_series(q->p->m.admission, v));
 }
 
+/* The six state/selection series of one (routing_key, model, algorithm). */
 static void
-session_selection(preq *q, const sg_decision *d, const char *alg)
+session_six(sg_metric *f, const char *rk, const char *model, const char *alg)
 {
 	static const char *const states[] = { "new", "returning", "stale" };
 	static const char *const sels[] = { "primary", "fallback" };
 	const char *v[5];
 	size_t i, j;
 
-	v[0] = q->lbl_rk;
-	v[1] = q->lbl_model;
+	v[0] = rk;
+	v[1] = model;
 	v[2] = alg;
-	/* All six pairs exist from the first recording on (ref §5.4);
-	 * finding existing series is cheap and allocation-free. */
 	for (i = 0; i < 3; i++)
 		for (j = 0; j < 2; j++) {
 			v[3] = states[i];
 			v[4] = sels[j];
-			(void)sg_metric_series(q->p->m.session, v);
+			(void)sg_metric_series(f, v);
 		}
+}
+
+void
+metrics_session_zero(proxy *p, const cgen *g)
+{
+	const sg_algdef *def;
+	size_t i;
+
+	for (i = 0; i < g->nmodels; i++)
+		if (sg_lbconf_resolve(p->lb, g->models[i].name, NULL, false,
+		    &def, NULL) == 0 && def->last_cluster_affinity)
+			session_six(p->m.session, "", g->models[i].name,
+			    sg_algorithm_name(def->algorithm));
+}
+
+static void
+session_selection(preq *q, const sg_decision *d, const char *alg)
+{
+	const char *v[5];
+
+	/* All six pairs exist from the first recording on (ref §5.4);
+	 * finding existing series is cheap and allocation-free. */
+	session_six(q->p->m.session, q->lbl_rk, q->lbl_model, alg);
+	v[0] = q->lbl_rk;
+	v[1] = q->lbl_model;
+	v[2] = alg;
 	v[3] = sg_session_state_name(d->session_state);
 	v[4] = d->primary ? "primary" : "fallback";
 	if (v[3] != NULL)

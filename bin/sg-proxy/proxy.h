@@ -384,5 +384,8 @@ void	metrics_admission(preq *q, const char *reason);
 void	metrics_routing_duration(preq *q, double seconds);
 void	metrics_proxy_duration(preq *q, const char *server, double seconds);
 void	metrics_replay(preq *q, size_t bytes);
+/* Session series at zero for every served model whose definition has
+ * last_cluster_affinity (routing_key ""), before any traffic. */
+void	metrics_session_zero(proxy *p, const cgen *g);
 
 #endif /* SG_PROXY_H */
