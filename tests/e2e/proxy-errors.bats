@@ -58,7 +58,7 @@ good() {
 	refused 400 invalid_request
 }
 
-@test "non-numeric x-input-tokens, x-priority, x-max-wait-ms are 400 invalid_request" {
+@test "non-numeric x-input-tokens, x-priority, x-max-wait-ms, x-request-slo-ms, x-stargate-max-wait-ms are 400 invalid_request" {
 	OMIT=x-input-tokens req -H 'x-input-tokens: 12x'
 	refused 400 invalid_request
 	req -H 'x-priority: high'
@@ -70,6 +70,11 @@ good() {
 	refused 400 invalid_request
 	req -H 'x-request-slo-ms: 1.5'
 	refused 400 invalid_request
+	req -H 'x-stargate-max-wait-ms: soon'
+	refused 400 invalid_request
+	# the widest u32 priority is fine
+	req -H 'x-priority: 4294967295'
+	[ "$STATUS" = 200 ] || { show; return 1; }
 }
 
 @test "a blank or undecodable x-stargate-last-cluster-id is absent, never an error" {
