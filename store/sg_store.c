@@ -302,6 +302,13 @@ sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
 	    err);
 }
 
+void
+sgi_store_set_hook(sg_store *s, const struct sgi_store_hook *h)
+{
+	if (s->ops->set_hook != NULL)
+		s->ops->set_hook(s->be, h);
+}
+
 /* --- from an event loop ---------------------------------------------------- */
 
 uint64_t

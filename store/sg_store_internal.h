@@ -19,6 +19,8 @@ typedef struct sgi_lckey {
 	unsigned char	digest[SGI_DIGEST_LEN];
 } sgi_lckey;
 
+struct sgi_store_hook;
+
 struct sgi_store_ops {
 	const char *name;
 	int	(*lookup)(void *be, const sgi_lckey *k, sg_store_entry *out,
@@ -36,6 +38,7 @@ struct sgi_store_ops {
 	int	(*stats)(void *be, sg_store_stats *st, sg_error *err);
 	int	(*compact)(void *be, sg_store_compact_result *r, sg_error *err);
 	void	(*close)(void *be);
+	void	(*set_hook)(void *be, const struct sgi_store_hook *h);
 };
 
 /* Parse "lc:v1:" + 64 lowercase hex.  Returns 0 or SG_EINVAL. */
@@ -46,12 +49,18 @@ void	sgi_lckey_from_digest(sgi_lckey *k, const unsigned char *digest);
 uint64_t sgi_store_now(const sg_store_opts *o);
 
 /*
- * Tests only: called by the LMDB backend's store thread with the
+ * Tests only: fn(arg, what) is called by the store thread with the
  * environment write-locked, what = "grow", "adopt" or "reopen", so that a
  * test can hold the lock and show that sg_store_lookup_start() does not
- * wait for it.  NULL (the default) in programs.
+ * wait for it.  h (owned by the caller, NULL to remove) must outlive its
+ * use.  Per handle: the store keeps no process-global state but its
+ * registry.
  */
-extern void (*sgi_store_lmdb_locked_hook)(const char *what);
+struct sgi_store_hook {
+	void	(*fn)(void *arg, const char *what);
+	void	*arg;
+};
+void	sgi_store_set_hook(sg_store *s, const struct sgi_store_hook *h);
 
 /* LMDB backend (sg_store_lmdb.c).  o is validated and complete. */
 int	sgi_store_lmdb_open(void **be, const struct sgi_store_ops **ops,

@@ -42,7 +42,7 @@
  *     it asks the store thread and reads the old file meanwhile; a grown
  *     map is adopted inline only when s->rw is free, again by trying.  Even
  *     the deletion of an expired entry is queued only if the queue's mutex
- *     is free.  A test hook (sgi_store_lmdb_locked_hook) runs with s->rw
+ *     is free.  A test hook (sgi_store_set_hook) runs with s->rw
  *     held, so the unit tests can hold it across a grow or a reopen and
  *     show the lookup answering within its deadline.
  * Lookups never write: an expired entry found by a lookup is reported as a
@@ -134,18 +134,6 @@
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
 
-void (*sgi_store_lmdb_locked_hook)(const char *what);
-
-/* s->rw is write-locked: let a test hold it there. */
-static void
-locked_hook(const char *what)
-{
-	void (*fn)(const char *) = sgi_store_lmdb_locked_hook;
-
-	if (fn != NULL)
-		fn(what);
-}
-
 struct op {
 	uint64_t	t;		/* PUT: write time; EXPIRE: seen write time */
 	uint16_t	kind;
@@ -204,11 +192,22 @@ struct lstore {
 	_Atomic uint64_t reopens;
 	_Atomic uint32_t stale_readers;
 	_Atomic unsigned maint;		/* MAINT_* requests */
+	_Atomic(const struct sgi_store_hook *) hook;	/* tests only */
 
 	/* Store thread only. */
 	bool		 dirty;
 	uint64_t	 last_sync, last_check;	/* monotonic ms */
 };
+
+/* s->rw is write-locked: let a test hold it there (sgi_store_set_hook). */
+static void
+locked_hook(struct lstore *s, const char *what)
+{
+	const struct sgi_store_hook *h = atomic_load(&s->hook);
+
+	if (h != NULL && h->fn != NULL)
+		h->fn(h->arg, what);
+}
 
 /* --- small helpers ------------------------------------------------------- */
 
@@ -623,7 +622,7 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 
 	if (s->env != NULL && !env_swapped(s))
 		return 0;
-	locked_hook("reopen");
+	locked_hook(s, "reopen");
 	rtxn_drop(s);
 	if (s->env != NULL) {
 		mdb_env_close(s->env);
@@ -655,7 +654,7 @@ env_adopt_locked(struct lstore *s)
 	MDB_envinfo info;
 
 	if (s->env != NULL) {
-		locked_hook("adopt");
+		locked_hook(s, "adopt");
 		rtxn_drop(s);
 		mdb_env_set_mapsize(s->env, 0);
 		if (mdb_env_info(s->env, &info) == 0)
@@ -706,7 +705,7 @@ env_grow(struct lstore *s, sg_error *err)
 		goto out;
 	}
 	next = cur > s->o.map_size_max / 2 ? s->o.map_size_max : cur * 2;
-	locked_hook("grow");
+	locked_hook(s, "grow");
 	rtxn_drop(s);
 	if ((rc = mdb_env_set_mapsize(s->env, (size_t)next)) != 0) {
 		rc = lerr(err, rc, "cannot grow the map");
@@ -1870,6 +1869,14 @@ lm_close(void *be)
 	lm_free(s);
 }
 
+static void
+lm_set_hook(void *be, const struct sgi_store_hook *h)
+{
+	struct lstore *s = be;
+
+	atomic_store(&s->hook, h);
+}
+
 static const struct sgi_store_ops lmdb_ops = {
 	.name = "lmdb",
 	.lookup = lm_lookup,
@@ -1881,6 +1888,7 @@ static const struct sgi_store_ops lmdb_ops = {
 	.stats = lm_stats,
 	.compact = lm_compact,
 	.close = lm_close,
+	.set_hook = lm_set_hook,
 };
 
 static char *
@@ -1910,6 +1918,7 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 	s->o = *o;
 	s->genfd = -1;
 	atomic_init(&s->rtxn, NULL);
+	atomic_init(&s->hook, NULL);
 	pthread_rwlockattr_init(&ra);
 	pthread_rwlockattr_setkind_np(&ra,
 	    PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);

@@ -219,6 +219,23 @@ last_committed() {
 	[[ $stderr == *STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES* ]]
 }
 
+@test "ENABLED and LOOKUP_TIMEOUT are checked too (one environment file for all)" {
+	STARGATE_LAST_CLUSTER_ENABLED=yes run -64 --separate-stderr "$LC" -d "$D" stats
+	[[ $stderr == *"STARGATE_LAST_CLUSTER_ENABLED: not a boolean: 'yes'"* ]]
+	STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT=0 run -64 --separate-stderr "$LC" -d "$D" stats
+	[[ $stderr == *STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT* ]]
+	mkdir -p "$D"
+	STARGATE_LAST_CLUSTER_ENABLED=true STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT=5ms \
+	    run -0 --separate-stderr "$LC" -d "$D" put "$(hexkey 1)" c1
+}
+
+@test "a bad flag value names the flag (64)" {
+	run -64 --separate-stderr "$LC" -d "$D" --ttl 10 stats
+	[[ $stderr == *"--ttl: not a duration > 0: '10'"* ]]
+	run -64 --separate-stderr "$LC" -d "$D" --max-entries 0 stats
+	[[ $stderr == *"--max-entries: not an integer > 0: '0'"* ]]
+}
+
 @test "a redis:// store is refused with 64 (LMDB only in this tool)" {
 	run -64 --separate-stderr "$LC" -d redis://127.0.0.1:6379/0 stats
 	[[ $stderr == *Redis* ]]

@@ -2,8 +2,8 @@
  * test_store_loop.c — the store's event-loop interface (sg_store.h, "from
  * an event loop"): lookups with a deadline that never wait — shown by
  * holding the environment lock on the store thread across a real map grow
- * and a real reopen after compaction (the sgi_store_lmdb_locked_hook test
- * hook) — and commit records on an eventfd, matched to writes by their
+ * and a real reopen after compaction (the sgi_store_set_hook test hook) —
+ * and commit records on an eventfd, matched to writes by their
  * operation numbers.
  */
 #include "sg_test.h"
@@ -30,8 +30,9 @@ static const char *hk_phase;		/* phase to hold in, NULL: none */
 static bool hk_held, hk_release;
 
 static void
-hook(const char *what)
+hook(void *arg, const char *what)
 {
+	(void)arg;
 	pthread_mutex_lock(&hk_mu);
 	if (hk_phase != NULL && strcmp(what, hk_phase) == 0 && !hk_release) {
 		hk_held = true;
@@ -43,15 +44,17 @@ hook(const char *what)
 	pthread_mutex_unlock(&hk_mu);
 }
 
+static const struct sgi_store_hook the_hook = { hook, NULL };
+
 static void
-hook_arm(const char *phase)
+hook_arm(sg_store *s, const char *phase)
 {
 	pthread_mutex_lock(&hk_mu);
 	hk_phase = phase;
 	hk_held = false;
 	hk_release = false;
 	pthread_mutex_unlock(&hk_mu);
-	sgi_store_lmdb_locked_hook = hook;
+	sgi_store_set_hook(s, &the_hook);
 }
 
 /* Wait (bounded: 10 s) until the store thread sits in the hook. */
@@ -117,7 +120,6 @@ teardown(void **state)
 
 	hook_release();
 	sg_store_close(f->s);
-	sgi_store_lmdb_locked_hook = NULL;
 	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
 	free(f);
 	return 0;
@@ -236,7 +238,7 @@ test_lookup_during_map_grow_does_not_block(void **state)
 	fx_open(f);
 	assert_int_equal(put_i(f->s, 0, "A", NULL), 0);
 	assert_int_equal(sg_store_flush(f->s, NULL), 0);
-	hook_arm("grow");
+	hook_arm(f->s, "grow");
 	for (i = 1; i < 20000; i++)
 		assert_int_equal(put_i(f->s, i,
 		    "cluster-with-a-longer-name-0123456789", NULL), 0);
@@ -290,7 +292,7 @@ test_sync_lookup_waits_for_the_grow(void **state)
 	fx_open(f);
 	assert_int_equal(put_i(f->s, 0, "A", NULL), 0);
 	assert_int_equal(sg_store_flush(f->s, NULL), 0);
-	hook_arm("grow");
+	hook_arm(f->s, "grow");
 	for (i = 1; i < 20000; i++)
 		assert_int_equal(put_i(f->s, i,
 		    "cluster-with-a-longer-name-0123456789", NULL), 0);
@@ -328,7 +330,7 @@ test_lookup_during_reopen_does_not_block(void **state)
 	fx_open(f);
 	assert_int_equal(put_i(f->s, 0, "A", NULL), 0);
 	assert_int_equal(sg_store_flush(f->s, NULL), 0);
-	hook_arm("reopen");
+	hook_arm(f->s, "reopen");
 	assert_int_equal(pthread_create(&thr, NULL, compact_thread, f), 0);
 	hook_wait_held();
 	assert_int_equal(lookup_i(f->s, 0, 20 * MS, &req, &took), 0);
