@@ -125,10 +125,12 @@ sg_gateway_build(sg_gateway_headers *out, const sg_identity *id,
 	int rc;
 
 	if (out == NULL || id == NULL || rt == NULL)
-		return sg_seterr(err, SG_EINVAL, "no headers, identity or route");
+		return sg_seterr(err, SG_EINVAL,
+		    "no headers, identity or route");
 	memset(out, 0, sizeof(*out));
-	if (rt->request_id == NULL || !sg_optional_string(rt->request_id,
-	    strlen(rt->request_id), &t, &tlen) || tlen != strlen(rt->request_id))
+	if (rt->request_id == NULL ||
+	    !sg_optional_string(rt->request_id, strlen(rt->request_id), &t,
+	    &tlen) || tlen != strlen(rt->request_id))
 		return sg_seterr(err, SG_EINVAL, "request id is blank, padded "
 		    "or not a valid header value");
 	if (id->model == NULL || id->model[0] == '\0')

@@ -62,8 +62,8 @@ int	sg_gateway_store_key(const sg_identity *id,
 
 /* What the gateway adds to an identity to route one request. */
 typedef struct sg_gateway_route {
-	const char	*request_id;	/* required (inbound X-Request-Id or new) */
-	const char	*routing_method; /* the model spec's method; NULL: none */
+	const char	*request_id;	/* required: inbound X-Request-Id or new */
+	const char	*routing_method; /* the model spec's; NULL: none */
 	bool		 has_priority;	/* the API key's priority, if any */
 	uint32_t	 priority;
 	const char	*last_cluster_id; /* the store's hit; NULL: none */
@@ -86,7 +86,7 @@ typedef struct sg_gateway_headers {
 	char		 tokens[24];	/* x-input-tokens, decimal */
 	char		 priority[12];	/* x-priority, decimal */
 	char		 method[512];	/* x-routing-method, when trimmed */
-	char		 hint[SG_ID_MAX + 1]; /* the last-cluster id, when trimmed */
+	char		 hint[SG_ID_MAX + 1]; /* the hint, when trimmed */
 } sg_gateway_headers;
 
 /*
@@ -94,14 +94,15 @@ typedef struct sg_gateway_headers {
  * (routing method, last-cluster id) follow the optional-string rule and
  * are sent trimmed or not at all (nor when longer than their buffer: 511
  * bytes of method, SG_ID_MAX of cluster id); the last-cluster id is sent
- * only for a
- * session eligible for the store (a hint is never sent for a payload
- * session or a request without one).  x-input-tokens is always sent (the
- * router requires it).  Errors: SG_EINVAL (NULL id or rt, blank or
- * undecodable request id), SG_EREQUEST with status 400 when the routing
- * key or model (which come from the client's model id) is missing, or
- * is not a valid header value ("model contains a control character").
- * out is emptied first.  No allocation.
+ * only for a session eligible for the store (a hint is never sent for a
+ * payload session or a request without one).  x-input-tokens is always
+ * sent (the router requires it).  Errors: SG_EINVAL (NULL id or rt; a
+ * request id that is blank, padded with white space or undecodable);
+ * SG_EREQUEST with status 400 and class invalid_request_error when the
+ * model is missing ("model is required") or the model or routing key
+ * (both from the client's model id) is not a valid header value ("model
+ * contains a control character or is not UTF-8").  out is emptied first.
+ * No allocation.
  */
 int	sg_gateway_build(sg_gateway_headers *out, const sg_identity *id,
 	    const sg_gateway_route *rt, sg_error *err);

@@ -150,7 +150,8 @@ front_commit(const sg_store_commit *c, void *arg)
 
 	pthread_mutex_lock(&s->ev_mu);
 	if (s->ring_len < SG_STORE_EVENT_RING) {
-		s->ring[(s->ring_head + s->ring_len) % SG_STORE_EVENT_RING] = *c;
+		s->ring[(s->ring_head + s->ring_len) %
+		    SG_STORE_EVENT_RING] = *c;
 		s->ring_len++;
 	} else {
 		sg_store_commit *last = &s->ring[(s->ring_head + s->ring_len -
@@ -309,7 +310,7 @@ sgi_store_set_hook(sg_store *s, const struct sgi_store_hook *h)
 		s->ops->set_hook(s->be, h);
 }
 
-/* --- from an event loop ---------------------------------------------------- */
+/* --- from an event loop ------------------------------------------------- */
 
 uint64_t
 sg_store_mono_ns(void)

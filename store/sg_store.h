@@ -204,7 +204,7 @@ int	sg_store_del(sg_store *s, const char *key, size_t key_len, sg_error *err);
  */
 int	sg_store_flush(sg_store *s, sg_error *err);
 
-/* --- from an event loop --------------------------------------------------- */
+/* --- from an event loop ------------------------------------------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds: the clock of lookup deadlines. */
 uint64_t sg_store_mono_ns(void);
