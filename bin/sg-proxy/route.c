@@ -161,11 +161,16 @@ static void
 selected(preq *q, const sg_decision *d, double elapsed)
 {
 	proxy *p = q->p;
-	size_t fidx = p->view_idx[d->index];
-	const sg_cluster *vc = sg_snapshot_get(p->view, d->index);
+	bool inview = d->index < sg_snapshot_count(p->view);
+	size_t fidx = inview ? p->view_idx[d->index] : SIZE_MAX;
+	const sg_cluster *vc = inview ? sg_snapshot_get(p->view, d->index) :
+	    NULL;
 	const pcl *cl = fidx < q->gen->nbyf ? q->gen->byf[fidx] : NULL;
 
-	if (cl == NULL) {
+	/* The decision names a view cluster by index and by id: both agree,
+	 * or the request is refused rather than sent to another cluster. */
+	if (cl == NULL || vc == NULL || d->cluster_id == NULL ||
+	    strcmp(vc->id, d->cluster_id) != 0) {
 		route_fail(q, 500, "internal_error", "selected cluster unknown");
 		return;
 	}
