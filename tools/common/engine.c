@@ -1319,3 +1319,26 @@ eng_config_get(const eng *e)
 {
 	return &e->cfg;
 }
+
+/* --- read-only cache probe (sg-sim's perfect-knowledge row) ---------------- */
+
+uint64_t
+eng_cached_prefix(const eng *e, const eng_req *r)
+{
+	uint64_t cached = 0;
+	uint32_t i, x;
+
+	if (e->kv.cap == 0)
+		return 0;
+	if (r->key != 0) {
+		if ((x = kv_find(&e->kv, r->key)) != ENG_NONE)
+			cached = e->kv.ent[x].tokens;
+	} else if (r->blocks != NULL) {
+		for (i = 0; i < r->nblocks; i++) {
+			if ((x = kv_find(&e->kv, r->blocks[i])) == ENG_NONE)
+				break;
+			cached += e->kv.ent[x].tokens;
+		}
+	}
+	return cached < r->input_tokens ? cached : r->input_tokens;
+}

@@ -196,4 +196,12 @@ const eng_config *eng_config_get(const eng *e);
 uint64_t eng_fnv1a(uint64_t h, const void *p, size_t len);
 #define ENG_FNV_OFFSET	0xcbf29ce484222325ULL
 
+/*
+ * Prefix tokens of r the cache holds at the engine's time: what admission
+ * would reuse if r were admitted now (min(cached, input)).  Read-only: the
+ * LRU order and the counters do not change.  For sg-sim's perfect-knowledge
+ * row, which reads every engine's cache.
+ */
+uint64_t eng_cached_prefix(const eng *e, const eng_req *r);
+
 #endif /* SG_TOOLS_ENGINE_H */

@@ -28,6 +28,7 @@ enum {
 	OPT_ROWS,
 	OPT_SEED,
 	OPT_SVG,
+	OPT_EXPORT,
 };
 
 static const struct option longopts[] = {
@@ -39,6 +40,7 @@ static const struct option longopts[] = {
 	{ "rows",	required_argument,	NULL,	OPT_ROWS },
 	{ "seed",	required_argument,	NULL,	OPT_SEED },
 	{ "svg",	required_argument,	NULL,	OPT_SVG },
+	{ "export-trace", required_argument,	NULL,	OPT_EXPORT },
 	{ "help",	no_argument,		NULL,	OPT_HELP },
 	{ "version",	no_argument,		NULL,	OPT_VERSION },
 	{ NULL,		0,			NULL,	0 }
@@ -49,8 +51,10 @@ usage(int status)
 {
 	fprintf(status == EX_OK ? stdout : stderr,
 	    "usage: %s [-nv] [-j jobs] [--csv | --json] [--rows list] [--seed n]\n"
-	    "       [--svg file] scenario.json\n"
-	    "       %s -h | --help | --version\n", progname, progname);
+	    "       [--svg file] scenario.json | -\n"
+	    "       %s [--seed n] --export-trace file scenario.json | -\n"
+	    "       %s -h | --help | --version\n", progname, progname,
+	    progname);
 	exit(status);
 }
 
@@ -96,10 +100,39 @@ worker(void *arg)
 	return NULL;
 }
 
+/* --export-trace: the scenario's sessions as NDJSON ("-": stdout). */
+static int
+write_trace(const char *path, const scenario *sc)
+{
+	FILE *fp = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+	int rc;
+
+	if (sc->has_trace) {
+		fprintf(stderr, "%s: --export-trace: the scenario replays a "
+		    "trace already\n", progname);
+		if (fp != stdout && fp != NULL)
+			fclose(fp);
+		return EX_USAGE;
+	}
+	if (fp == NULL) {
+		fprintf(stderr, "%s: cannot create '%s': %s\n", progname, path,
+		    strerror(errno));
+		return EX_CANTCREAT;
+	}
+	rc = trace_export(fp, sc);
+	if (fp == stdout ? fflush(fp) != 0 || ferror(fp) : fclose(fp) != 0)
+		rc = -1;
+	if (rc != 0) {
+		fprintf(stderr, "%s: cannot write '%s'\n", progname, path);
+		return EX_IOERR;
+	}
+	return EX_OK;
+}
+
 int
 main(int argc, char *argv[])
 {
-	const char *svg = NULL, *rows = NULL;
+	const char *svg = NULL, *rows = NULL, *export = NULL;
 	sim_result res[SIM_MAX_ROWS];
 	sg_error errs[SIM_MAX_ROWS], err;
 	double secs[SIM_MAX_ROWS], t0, total;
@@ -112,7 +145,7 @@ main(int argc, char *argv[])
 	int ch, fmt = 0, rc, status = EX_OK;
 	size_t i, nth = 0;
 
-	while ((ch = getopt_long(argc, argv, "j:nv", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "hj:nv", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			if (sg_parse_u64(optarg, strlen(optarg), SIM_MAX_ROWS,
@@ -152,6 +185,10 @@ main(int argc, char *argv[])
 		case OPT_SVG:
 			svg = optarg;
 			break;
+		case OPT_EXPORT:
+			export = optarg;
+			break;
+		case 'h':
 		case OPT_HELP:
 			usage(EX_OK);
 		case OPT_VERSION:
@@ -182,6 +219,10 @@ main(int argc, char *argv[])
 		sc.seed = seed;
 	if (check)
 		goto out;
+	if (export != NULL) {
+		status = write_trace(export, &sc);
+		goto out;
+	}
 
 	memset(&w, 0, sizeof(w));
 	w.sc = &sc;

@@ -30,7 +30,21 @@
  *
  * Every random draw comes from a generator keyed by (seed, stream, index):
  * session i's turns, sizes and think times do not depend on routing, so
- * every row replays the same traffic.
+ * every row replays the same traffic.  A trace scenario replays its
+ * requests instead: a turn is sent at its time, or think_ms after the
+ * previous answer if that is later.
+ *
+ * The perfect-knowledge row (SIM_ALG_PERFECT) has no router: at each
+ * decision it reads every candidate engine exactly (its cache through
+ * eng_cached_prefix, its queue and slots through eng_cluster at the
+ * decision instant) and asks tools/common/oracle.c for the cluster with
+ * the lowest estimated TTFT, under wait-and-widen's capacity rule.  It
+ * exists only here, as a bound for the rows that route on published stats.
+ *
+ * Candidates: the clusters serving the request's model that are not being
+ * drained.  Engine events are found through a tournament tree over the
+ * engines' next-event times (ordered by time, then cluster index, as the
+ * linear scan it replaces), so a step costs O(log clusters).
  */
 #include <errno.h>
 #include <math.h>
@@ -39,8 +53,10 @@
 #include <string.h>
 
 #include "sg-sim/sim.h"
+#include "common/oracle.h"
 
-enum { EV_SESSION, EV_TURN, EV_ROUTE, EV_SAMPLE, EV_VISIBLE, EV_BG };
+enum { EV_SESSION, EV_TURN, EV_ROUTE, EV_SAMPLE, EV_VISIBLE, EV_BG,
+    EV_DRAIN };
 
 typedef struct ev {
 	double		t;
@@ -61,6 +77,11 @@ typedef struct cstate {
 	size_t		 pend_head, pend_n, pend_cap;
 } cstate;
 
+/* The perfect row reads the caches of the last SEEN distinct clusters
+ * that served a session: a session's cache entry exists only on an engine
+ * that admitted one of its requests. */
+#define SEEN	8
+
 typedef struct sess {
 	uint64_t	rng;
 	uint64_t	key;		/* engine cache key */
@@ -68,7 +89,10 @@ typedef struct sess {
 	uint32_t	turns, turn;	/* turn: the next one, 1-based */
 	int32_t		last;		/* cluster of the previous turn, -1 */
 	uint32_t	next_free;
-	char		keystr[24];
+	uint32_t	cls;		/* traffic class */
+	uint32_t	ts;		/* trace session, or NONE */
+	char		keybuf[24];	/* generated: "s<id>" */
+	int16_t		seen[SEEN];	/* last clusters that served it, -1 */
 } sess;
 
 typedef struct sreq {
@@ -84,7 +108,7 @@ typedef struct sreq {
 	int32_t		excl[SIM_MAX_RETRIES + 1];
 	bool		counted;
 	uint32_t	next_free;
-	char		id[40];
+	char		id[96];
 } sreq;
 
 typedef struct sim {
@@ -93,9 +117,17 @@ typedef struct sim {
 	sg_router	*rt;
 	sg_fleet	*fleet;		/* published stats + reservations */
 	sg_snapshot	*snap;		/* the fleet's view, per decision */
-	size_t		*all;		/* 0..nc-1: every cluster a candidate */
+	size_t		*cand[SIM_MAX_CLASSES];	/* per model: candidates */
+	size_t		 ncand[SIM_MAX_CLASSES];
+	size_t		*view_idx;	/* fleet index of view cluster k */
+	bool		*drained;
+	orc_cand	*oc;		/* perfect row: per cluster */
+	double		 svc_sum;	/* perfect row: admission to done */
+	uint64_t	 svc_n;
 	cstate		*cs;
 	size_t		 nc;
+	uint32_t	*tree;		/* tournament over cs[].next */
+	size_t		 tleaves;	/* power of two >= nc */
 	double		 now;
 	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
@@ -112,6 +144,7 @@ typedef struct sim {
 	uint64_t	 arrivals_rng;
 	uint64_t	 bg_rng[SIM_MAX_BG];
 	uint32_t	 next_session;
+	size_t		 next_trace;	/* trace: next session to start */
 	uint64_t	 live_sessions;
 	uint64_t	 live_bg;
 	double		 bg_end;
@@ -137,42 +170,170 @@ mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-static uint64_t
-rnd(uint64_t *s)
+uint64_t
+sim_rnd(uint64_t *s)
 {
 	*s += 0x9e3779b97f4a7c15ULL;
 	return mix(*s);
 }
 
 /* Generator state of (seed, stream, index). */
-static uint64_t
-stream_seed(uint64_t seed, uint64_t stream, uint64_t idx)
+uint64_t
+sim_stream_seed(uint64_t seed, uint64_t stream, uint64_t idx)
 {
 	return mix(seed ^ mix(stream * 0x9e3779b97f4a7c15ULL ^ mix(idx + 1)));
 }
 
-static double
-unif(uint64_t *s)
+double
+sim_unif(uint64_t *s)
 {
-	return (double)(rnd(s) >> 11) * 0x1.0p-53;
+	return (double)(sim_rnd(s) >> 11) * 0x1.0p-53;
+}
+
+double
+sim_expo(uint64_t *s, double mean)
+{
+	return -log1p(-sim_unif(s)) * mean;
+}
+
+/* A standard normal (Box-Muller, two uniforms: the same count each time). */
+static double
+gauss(uint64_t *s)
+{
+	double u = sim_unif(s), v = sim_unif(s);
+
+	return sqrt(-2.0 * log1p(-u)) * cos(2.0 * M_PI * v);
+}
+
+/* A real draw of d before clamping. */
+static double
+draw_real(uint64_t *s, const sim_dist *d)
+{
+	switch (d->kind) {
+	case DIST_LOGNORMAL:
+		return d->a * exp(d->b * gauss(s));
+	case DIST_PARETO:	/* scale / U^(1/shape), U in (0, 1] */
+		return d->b / pow(1.0 - sim_unif(s), 1.0 / d->a);
+	case DIST_EXPONENTIAL:
+		return sim_expo(s, d->a);
+	default:
+		return 0;
+	}
 }
 
 static double
-expo(uint64_t *s, double mean)
+clampd(double v, uint64_t lo, uint64_t hi)
 {
-	return -log1p(-unif(s)) * mean;
+	if (!(v >= (double)lo))
+		return (double)lo;
+	if (v > (double)hi)
+		return (double)hi;
+	return v;
 }
 
-static uint64_t
-draw(uint64_t *s, sim_dist d)
+uint64_t
+sim_draw(uint64_t *s, const sim_dist *d)
 {
 	uint64_t r;
 
-	if (d.min == d.max)
-		return d.min;
-	r = rnd(s);
-	return d.min + r % (d.max - d.min + 1);
+	if (d->kind != DIST_UNIFORM)
+		return (uint64_t)llround(clampd(draw_real(s, d), d->min,
+		    d->max));
+	if (d->min == d->max)
+		return d->min;
+	r = sim_rnd(s);
+	return d->min + r % (d->max - d->min + 1);
 }
+
+/* Milliseconds: like sim_draw, but a real number. */
+double
+sim_draw_ms(uint64_t *s, const sim_dist *d)
+{
+	if (d->kind == DIST_UNIFORM) {
+		if (d->min == d->max)
+			return (double)d->min;
+		return (double)d->min + sim_unif(s) * (double)(d->max -
+		    d->min);
+	}
+	return clampd(draw_real(s, d), d->min, d->max);
+}
+
+/* The session rate at t relative to rate_per_s (the profile). */
+static double
+rate_factor(const sim_sessions *ss, double t)
+{
+	double f = 1;
+	size_t i;
+
+	if (ss->diurnal_amp > 0)
+		f *= 1.0 + ss->diurnal_amp * sin(2.0 * M_PI * (t -
+		    ss->diurnal_phase_ms) / ss->diurnal_period_ms);
+	for (i = 0; i < ss->nbursts; i++)
+		if (t >= ss->bursts[i].start_ms && t < ss->bursts[i].end_ms)
+			f *= ss->bursts[i].factor;
+	return f;
+}
+
+static double
+rate_factor_max(const sim_sessions *ss)
+{
+	double f = 1.0 + ss->diurnal_amp, b = 1;
+	size_t i;
+
+	for (i = 0; i < ss->nbursts; i++)
+		if (ss->bursts[i].factor > 1)
+			b *= ss->bursts[i].factor;
+	return f * b;
+}
+
+/*
+ * Poisson arrivals at rate_per_s * rate_factor(t): without a profile one
+ * exponential gap per arrival (as always); with one, candidates at the
+ * peak rate, each kept with probability factor / peak (thinning).
+ */
+double
+sim_next_arrival(const scenario *sc, uint64_t *rng, double t)
+{
+	const sim_sessions *ss = &sc->sessions;
+	double peak, mean;
+
+	if (ss->diurnal_amp <= 0 && ss->nbursts == 0)
+		return t + sim_expo(rng, 1000.0 / ss->rate_per_s);
+	peak = rate_factor_max(ss);
+	mean = 1000.0 / (ss->rate_per_s * peak);
+	for (;;) {
+		t += sim_expo(rng, mean);
+		if (t >= sc->duration_ms)
+			return INFINITY;
+		if (sim_unif(rng) * peak < rate_factor(ss, t))
+			return t;
+	}
+}
+
+uint32_t
+sim_draw_class(const scenario *sc, uint32_t session)
+{
+	uint64_t g;
+	double total = 0, u;
+	size_t i;
+
+	if (sc->nclasses <= 1)
+		return 0;
+	for (i = 0; i < sc->nclasses; i++)
+		total += sc->classes[i].weight;
+	g = sim_stream_seed(sc->seed, 4, session);
+	u = sim_unif(&g) * total;
+	for (i = 0; i + 1 < sc->nclasses; i++) {
+		if (u < sc->classes[i].weight)
+			break;
+		u -= sc->classes[i].weight;
+	}
+	return (uint32_t)i;
+}
+
+#define rnd(s)		sim_rnd(s)
+#define expo(s, m)	sim_expo(s, m)
+#define stream_seed	sim_stream_seed
 
 /* --- event heap ------------------------------------------------------------ */
 
@@ -299,6 +460,47 @@ req_free(sim *s, uint32_t i)
 	s->rq_free = i;
 }
 
+/* --- engine event times ---------------------------------------------------- */
+
+/* Does cluster a's next event come before b's (time, then index)? */
+static bool
+eng_before(const sim *s, uint32_t a, uint32_t b)
+{
+	if (b == NONE)
+		return a != NONE;
+	if (a == NONE)
+		return false;
+	return s->cs[a].next < s->cs[b].next || (s->cs[a].next ==
+	    s->cs[b].next && a < b);
+}
+
+/* Cluster i's next event time changed: replay its path of the tree. */
+static void
+tree_fix(sim *s, size_t i)
+{
+	size_t k = s->tleaves + i;
+
+	while (k > 1) {
+		uint32_t l, r;
+
+		k /= 2;
+		l = s->tree[2 * k];
+		r = s->tree[2 * k + 1];
+		s->tree[k] = eng_before(s, r, l) ? r : l;
+	}
+}
+
+static void
+set_next(sim *s, size_t i)
+{
+	double t = eng_next_event(s->cs[i].e);
+
+	if (t == s->cs[i].next)
+		return;
+	s->cs[i].next = t;
+	tree_fix(s, i);
+}
+
 /* --- stats and reservations ------------------------------------------------ */
 
 static int
@@ -350,7 +552,7 @@ take_sample(sim *s, size_t i, double t)
 	sample smp;
 
 	eng_advance(c->e, t);
-	c->next = eng_next_event(c->e);
+	set_next(s, i);
 	smp.c = c->vis;
 	eng_cluster(c->e, t, &smp.c);
 	if (s->sc->stats_staleness_ms <= 0) {
@@ -375,7 +577,68 @@ busy(const sim *s, double t)
 	    s->live_sessions > 0 || s->live_bg > 0;
 }
 
+/* The candidate list of every model: serving it and not drained. */
+static void
+build_candidates(sim *s)
+{
+	const scenario *sc = s->sc;
+	size_t m, i;
+
+	for (m = 0; m < sc->nmodels; m++) {
+		s->ncand[m] = 0;
+		for (i = 0; i < s->nc; i++)
+			if ((sc->clusters[i].models >> m & 1) && !s->drained[i])
+				s->cand[m][s->ncand[m]++] = i;
+	}
+}
+
+static void
+engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info);
+
+/* Drain event: a = 2 * drain + (0 start, 1 end). */
+static void
+drain_event(sim *s, uint32_t a, double t)
+{
+	const sim_drain *d = &s->sc->drains[a / 2];
+	cstate *c = &s->cs[d->cluster];
+
+	if (a % 2 == 0) {
+		s->drained[d->cluster] = true;
+		build_candidates(s);
+		return;
+	}
+	s->drained[d->cluster] = false;
+	/* A restart empties the cache: a new engine, if nothing is left on
+	 * the old one (a drain longer than the longest request). */
+	eng_advance(c->e, t);
+	if (d->restart && eng_running(c->e) == 0 && eng_waiting(c->e) == 0) {
+		eng *e;
+		sample smp;
+
+		if (eng_new(&e, &s->sc->clusters[d->cluster].eng, engine_cb, s,
+		    NULL) != 0) {
+			s->fail = SG_ENOMEM;
+			return;
+		}
+		eng_advance(e, t);
+		eng_free(c->e);
+		c->e = e;
+		smp.c = c->vis;
+		eng_cluster(e, t, &smp.c);
+		publish(s, d->cluster, &smp, t);
+	}
+	set_next(s, d->cluster);
+	build_candidates(s);
+}
+
 /* --- requests ---------------------------------------------------------------- */
+
+/* A session's cache affinity key: "s<id>", or its id in the trace. */
+static const char *
+sess_key(const sim *s, const sess *ss)
+{
+	return ss->ts != NONE ? s->sc->trace.sess[ss->ts].id : ss->keybuf;
+}
 
 /* Decimal digits of v into p (no NUL); returns the length. */
 static size_t
@@ -400,49 +663,168 @@ end_request(sim *s, uint32_t ri, bool end_session)
 	req_free(s, ri);
 }
 
+static bool
+excluded(const sreq *r, size_t i)
+{
+	uint32_t k;
+
+	for (k = 0; k < r->nexcl; k++)
+		if (r->excl[k] == (int32_t)i)
+			return true;
+	return false;
+}
+
+/*
+ * The perfect-knowledge decision: every candidate engine read exactly at
+ * t.  A slot wait is estimated from the row's mean admission-to-done time
+ * so far: (running - slots + 1) requests ahead, slots at a time.
+ */
+static void
+decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
+{
+	const size_t *idx = s->cand[m];
+	size_t k, n = s->ncand[m];
+	double svc = s->svc_n > 0 ? s->svc_sum / (double)s->svc_n : 0;
+	eng_req q = { .key = s->ss[r->sess].key, .input_tokens = r->input };
+	long best;
+
+	const sess *ss = &s->ss[r->sess];
+
+	for (k = 0; k < n; k++) {
+		size_t i = idx[k], j;
+		orc_cand *o = &s->oc[k];
+		sg_cluster now;		/* eng_cluster sets what is read */
+
+		memset(o, 0, sizeof(*o));
+		if (excluded(r, i))
+			continue;
+		eng_cluster(s->cs[i].e, t, &now);
+		o->eligible = true;
+		for (j = 0; j < SEEN && ss->seen[j] >= 0; j++)
+			if ((size_t)ss->seen[j] == i) {
+				o->cached = eng_cached_prefix(s->cs[i].e, &q);
+				break;
+			}
+		o->backlog = now.queued_input_tokens;
+		o->tps = now.max_input_tps;
+		o->rtt_ms = s->sc->clusters[i].rtt_ms;
+		o->running = now.running;
+		o->slots = now.max_engine_concurrency;
+		o->kv_free = now.kv_free_tokens;
+		if (o->running >= o->slots && o->slots > 0)
+			o->slot_wait_ms = (double)(o->running - o->slots + 1) *
+			    svc / (double)o->slots;
+	}
+	best = orc_pick(s->oc, n, r->input, s->row->max_queued,
+	    s->row->objective, NULL);
+	memset(d, 0, sizeof(*d));
+	/* Patience (KV first): while the cluster holding the most of the
+	 * prompt is full, wait for it (for ever, unless the scenario sets
+	 * algorithms.perfect.wait_ms): the bound never gives a cached prefix
+	 * up to load. */
+	if (s->row->objective == ORC_KV_FIRST) {
+		long most = orc_pick(s->oc, n, r->input, UINT64_MAX,
+		    ORC_KV_FIRST, NULL);
+		double wait = s->row->patience_ms;
+
+		if (most >= 0 && s->oc[most].cached > 0 && (best < 0 ||
+		    s->oc[best].cached < s->oc[most].cached) &&
+		    t - r->arrive < wait) {
+			d->kind = SG_DECIDE_WAIT;
+			d->recheck_at_ms = t - r->arrive +
+			    s->sc->recheck_cap_ms;
+			return;
+		}
+	}
+	if (best >= 0) {
+		d->kind = SG_DECIDE_SELECT;
+		d->index = (size_t)best;
+	} else if (s->sc->has_max_wait && t - r->arrive <
+	    (double)s->sc->max_wait_ms) {
+		d->kind = SG_DECIDE_WAIT;
+		d->recheck_at_ms = t - r->arrive + s->sc->recheck_cap_ms;
+	} else
+		d->kind = SG_DECIDE_REJECT;
+}
+
+/* One decision for request ri at t, on the candidates of model m: the
+ * oracle's or the router's.  d->index is a position in s->cand[m]. */
+static int
+decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
+{
+	const scenario *sc = s->sc;
+	const sim_class *cl;
+	const char *excl[SIM_MAX_RETRIES + 1];
+	sg_error e;
+	sreq *r = &s->rq[ri];
+	uint32_t k;
+	int rc;
+
+	s->res->decisions++;
+	if (s->row->alg == SIM_ALG_PERFECT) {
+		decide_perfect(s, r, t, m, d);
+		return 0;
+	}
+	cl = &sc->classes[s->ss[r->sess].cls];
+	for (k = 0; k < r->nexcl; k++)
+		excl[k] = sc->clusters[r->excl[k]].id;
+	r->q.request_id = r->id;
+	r->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
+	r->q.model = cl->model;
+	r->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
+	r->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id : NULL;
+	r->q.excluded = excl;
+	r->q.nexcluded = r->nexcl;
+	r->q.input_tokens = r->input;
+	r->q.priority = sc->sessions.priority;
+	r->q.has_max_wait = sc->has_max_wait;
+	r->q.max_wait_ms = sc->max_wait_ms;
+	if ((rc = sg_fleet_view(s->fleet, s->cand[m], s->ncand[m], t, s->snap,
+	    s->view_idx, &e)) != 0) {
+		s->fail = rc;
+		return sg_seterr(s->err, rc, "row %s: %s", s->row->name,
+		    e.text);
+	}
+	rc = sg_router_decide(s->rt, s->snap, &r->q, t - r->arrive, d, &e);
+	r->q.excluded = NULL;
+	if (rc != 0) {
+		s->fail = SG_EINVAL;
+		return sg_seterr(s->err, SG_EINVAL, "row %s: request %s: %s",
+		    s->row->name, r->id, e.text);
+	}
+	/* The view holds every candidate (never stale here): view index k
+	 * is candidate k. */
+	return 0;
+}
+
+/* Cluster i served the session: most recent first, distinct. */
+static void
+seen_add(sess *ss, size_t i)
+{
+	size_t j, k;
+
+	for (j = 0; j < SEEN - 1 && ss->seen[j] >= 0 &&
+	    (size_t)ss->seen[j] != i; j++)
+		;
+	for (k = j; k > 0; k--)
+		ss->seen[k] = ss->seen[k - 1];
+	ss->seen[0] = (int16_t)i;
+}
+
 static void
 route(sim *s, uint32_t ri, double t)
 {
 	const scenario *sc = s->sc;
-	const char *excl[SIM_MAX_RETRIES + 1];
+	size_t m;
 	sg_decision d;
-	sg_error e;
 	sreq *r;
-	uint32_t k;
 	int rc;
 
 	for (;;) {
 		r = &s->rq[ri];
-		for (k = 0; k < r->nexcl; k++)
-			excl[k] = sc->clusters[r->excl[k]].id;
-		r->q.request_id = r->id;
-		r->q.routing_key = sc->has_routing_key ? sc->routing_key : NULL;
-		r->q.model = sc->model;
-		r->q.cache_affinity_key = s->ss[r->sess].keystr;
-		r->q.last_cluster_id = r->last >= 0 ?
-		    sc->clusters[r->last].id : NULL;
-		r->q.excluded = excl;
-		r->q.nexcluded = r->nexcl;
-		r->q.input_tokens = r->input;
-		r->q.priority = sc->sessions.priority;
-		r->q.has_max_wait = sc->has_max_wait;
-		r->q.max_wait_ms = sc->max_wait_ms;
-		s->res->decisions++;
-		if ((rc = sg_fleet_view(s->fleet, s->all, s->nc, t, s->snap,
-		    NULL, &e)) != 0) {
-			s->fail = rc;
-			sg_seterr(s->err, rc, "row %s: %s", s->row->name, e.text);
+		m = sc->classes[s->ss[r->sess].cls].model_idx;
+		if (decide(s, ri, t, m, &d) != 0)
 			return;
-		}
-		rc = sg_router_decide(s->rt, s->snap, &r->q, t - r->arrive, &d,
-		    &e);
-		r->q.excluded = NULL;
-		if (rc != 0) {
-			s->fail = SG_EINVAL;
-			sg_seterr(s->err, SG_EINVAL, "row %s: request %s: %s",
-			    s->row->name, r->id, e.text);
-			return;
-		}
 		if (d.kind == SG_DECIDE_WAIT) {
 			double next = r->arrive + d.recheck_at_ms;
 
@@ -454,7 +836,8 @@ route(sim *s, uint32_t ri, double t)
 			return;
 		}
 		if (d.kind == SG_DECIDE_SELECT) {
-			size_t i = d.index;
+			size_t i = s->row->alg == SIM_ALG_PERFECT ?
+			    s->cand[m][d.index] : s->view_idx[d.index];
 			eng_req q = {
 				.key = s->ss[r->sess].key,
 				.input_tokens = r->input,
@@ -463,11 +846,14 @@ route(sim *s, uint32_t ri, double t)
 			};
 			uint32_t h;
 
-			reserve(s, i, r->input, sc->sessions.priority, t);
+			if (s->row->alg != SIM_ALG_PERFECT)
+				reserve(s, i, r->input, sc->sessions.priority,
+				    t);
 			rc = eng_submit(s->cs[i].e, t, &q, &h);
-			s->cs[i].next = eng_next_event(s->cs[i].e);
+			set_next(s, i);
 			r = &s->rq[ri];
 			if (rc == 0) {
+				seen_add(&s->ss[r->sess], i);
 				r->cluster = (int32_t)i;
 				r->selected = t;
 				if (r->counted) {
@@ -503,12 +889,35 @@ route(sim *s, uint32_t ri, double t)
 	}
 }
 
+/* The next turn's sizes: drawn, or the trace's. */
+static void
+turn_sizes(sim *s, sess *ss, uint64_t *in, uint64_t *out)
+{
+	const scenario *sc = s->sc;
+
+	if (ss->ts != NONE) {
+		const sim_tsess *ts = &sc->trace.sess[ss->ts];
+		const sim_treq *tr = &sc->trace.req[ts->first + ss->turn - 1];
+
+		*in = tr->input;
+		*out = tr->output;
+		return;
+	}
+	*in = ss->turn == 1 ? sim_draw(&ss->rng, &sc->sessions.first_input) :
+	    ss->context + sim_draw(&ss->rng, &sc->sessions.turn_input);
+	if (*in > sc->sessions.max_context)
+		*in = sc->sessions.max_context;
+	if (*in == 0)
+		*in = 1;
+	*out = sim_draw(&ss->rng, &sc->sessions.output);
+}
+
 static void
 start_turn(sim *s, uint32_t si, double t)
 {
 	const scenario *sc = s->sc;
 	sess *ss = &s->ss[si];
-	uint64_t in;
+	uint64_t in, out;
 	uint32_t ri;
 	sreq *r;
 
@@ -516,12 +925,7 @@ start_turn(sim *s, uint32_t si, double t)
 		sess_end(s, si);
 		return;
 	}
-	in = ss->turn == 1 ? draw(&ss->rng, sc->sessions.first_input) :
-	    ss->context + draw(&ss->rng, sc->sessions.turn_input);
-	if (in > sc->sessions.max_context)
-		in = sc->sessions.max_context;
-	if (in == 0)
-		in = 1;
+	turn_sizes(s, ss, &in, &out);
 	if ((ri = req_new(s)) == NONE) {
 		s->fail = SG_ENOMEM;
 		return;
@@ -532,16 +936,17 @@ start_turn(sim *s, uint32_t si, double t)
 	sg_request_init(&r->q);
 	r->arrive = t;
 	r->input = in;
-	r->output = draw(&ss->rng, sc->sessions.output);
+	r->output = out;
 	r->sess = si;
 	r->cluster = -1;
 	r->last = ss->last;
 	r->counted = t >= sc->warmup_ms;
-	/* "s<session>-t<turn>": unique, and the same in every row. */
+	/* "<session>-t<turn>": unique, and the same in every row. */
 	{
-		size_t n = strlen(ss->keystr);
+		const char *key = sess_key(s, ss);
+		size_t n = strlen(key);
 
-		memcpy(r->id, ss->keystr, n);
+		memcpy(r->id, key, n);
 		r->id[n++] = '-';
 		r->id[n++] = 't';
 		n += utoa(ss->turn, r->id + n);
@@ -551,6 +956,13 @@ start_turn(sim *s, uint32_t si, double t)
 	if (r->counted)
 		s->res->requests++;
 	route(s, ri, t);
+}
+
+/* Engine cache key of a session id. */
+static uint64_t
+key_of(const char *id)
+{
+	return mix(eng_fnv1a(ENG_FNV_OFFSET, id, strlen(id))) | 1;
 }
 
 static void
@@ -565,20 +977,45 @@ new_session(sim *s, double t)
 		return;
 	}
 	ss = &s->ss[si];
-	ss->rng = stream_seed(sc->seed, 1, id);
-	ss->key = mix(sc->seed ^ mix((uint64_t)id + 1)) | 1;
 	ss->context = 0;
 	ss->turn = 1;
 	ss->last = -1;
-	ss->turns = (uint32_t)draw(&ss->rng, sc->sessions.turns);
-	snprintf(ss->keystr, sizeof(ss->keystr), "s%u", (unsigned)id);
+	ss->ts = NONE;
+	memset(ss->seen, 0xff, sizeof(ss->seen));
+	if (sc->has_trace) {
+		const sim_tsess *ts = &sc->trace.sess[s->next_trace];
+
+		ss->ts = (uint32_t)s->next_trace++;
+		ss->rng = 0;
+		ss->key = key_of(ts->id);
+		ss->turns = (uint32_t)ts->n;
+		ss->cls = sc->trace.req[ts->first].cls;
+	} else {
+		ss->rng = stream_seed(sc->seed, 1, id);
+		ss->key = mix(sc->seed ^ mix((uint64_t)id + 1)) | 1;
+		ss->turns = (uint32_t)sim_draw(&ss->rng, &sc->sessions.turns);
+		ss->cls = sim_draw_class(sc, id);
+		snprintf(ss->keybuf, sizeof(ss->keybuf), "s%u", (unsigned)id);
+	}
 	s->live_sessions++;
 	start_turn(s, si, t);
 }
 
+/* The time the session's next turn is sent, its answer done at done. */
+static double
+next_turn_time(sim *s, sess *ss, double done)
+{
+	const sim_treq *tr;
+
+	if (ss->ts == NONE)
+		return done + sim_draw_ms(&ss->rng, &s->sc->sessions.think);
+	tr = &s->sc->trace.req[s->sc->trace.sess[ss->ts].first + ss->turn - 1];
+	return done + tr->think_ms > tr->t_ms ? done + tr->think_ms : tr->t_ms;
+}
+
 /* Engine callback: the first token of a session request. */
 static void
-on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
+engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 {
 	sim *s = ctx;
 	uint32_t ri;
@@ -614,6 +1051,8 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 		return;
 	}
 	/* Done: the session thinks, then starts its next turn. */
+	s->svc_sum += info->done_ms - info->admit_ms;
+	s->svc_n++;
 	ss = &s->ss[r->sess];
 	ss->context = r->input + r->output;
 	ss->last = r->cluster;
@@ -621,8 +1060,7 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 	if (ss->turn > ss->turns)
 		end_request(s, ri, true);
 	else {
-		push(s, info->done_ms + expo(&ss->rng, s->sc->sessions.think_ms),
-		    EV_TURN, r->sess);
+		push(s, next_turn_time(s, ss, info->done_ms), EV_TURN, r->sess);
 		end_request(s, ri, false);
 	}
 }
@@ -641,15 +1079,15 @@ background(sim *s, uint32_t b, double t)
 	q.key = bg->cache ? (rnd(g) | 1) : 0;
 	q.blocks = NULL;
 	q.nblocks = 0;
-	q.input_tokens = draw(g, bg->input);
-	q.output_tokens = draw(g, bg->output);
+	q.input_tokens = sim_draw(g, &bg->input);
+	q.output_tokens = sim_draw(g, &bg->output);
 	q.udata = &s->bg_marker;
 	c = &s->cs[bg->cluster];
 	if (eng_submit(c->e, t, &q, &h) == 0) {
 		s->live_bg++;
 		s->res->background++;
 	}
-	c->next = eng_next_event(c->e);
+	set_next(s, bg->cluster);
 	push(s, t + expo(g, 1000.0 / bg->rate_per_s), EV_BG, b);
 }
 
@@ -724,6 +1162,7 @@ sim_free(sim *s)
 			free(s->cs[i].pend);
 		}
 	free(s->cs);
+	free(s->tree);
 	free(s->heap);
 	free(s->ss);
 	free(s->rq);
@@ -731,7 +1170,35 @@ sim_free(sim *s)
 	sg_router_free(s->rt);
 	sg_snapshot_free(s->snap);
 	sg_fleet_free(s->fleet);
-	free(s->all);
+	for (i = 0; i < SIM_MAX_CLASSES; i++)
+		free(s->cand[i]);
+	free(s->view_idx);
+	free(s->drained);
+	free(s->oc);
+}
+
+static int
+setup_alloc(sim *s)
+{
+	const scenario *sc = s->sc;
+	size_t i;
+
+	s->nc = sc->nclusters;
+	for (s->tleaves = 1; s->tleaves < s->nc; s->tleaves *= 2)
+		;
+	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
+	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
+	    (s->view_idx = calloc(s->nc, sizeof(*s->view_idx))) == NULL ||
+	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
+	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
+	    (s->snap = sg_snapshot_new()) == NULL)
+		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+	for (i = 0; i < sc->nmodels; i++)
+		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
+			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+	for (i = 0; i < 2 * s->tleaves; i++)
+		s->tree[i] = NONE;
+	return 0;
 }
 
 static int
@@ -743,29 +1210,26 @@ setup(sim *s)
 	int rc;
 
 	s->ss_free = s->rq_free = NONE;
-	s->nc = sc->nclusters;
-	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
-	    (s->all = calloc(s->nc, sizeof(*s->all))) == NULL ||
-	    (s->snap = sg_snapshot_new()) == NULL)
-		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+	if ((rc = setup_alloc(s)) != 0)
+		return rc;
 	/* The simulated router never ages stats out: staleness is modelled
 	 * by the publication delay, and every cluster is a candidate. */
 	if ((rc = sg_fleet_new(&s->fleet, UINT64_MAX, &e)) != 0)
 		return sg_seterr(s->err, rc, "%s", e.text);
-	if ((rc = sg_router_new(&s->rt, s->row->conf, sc->seed, &e)) != 0)
+	if (s->row->alg != SIM_ALG_PERFECT && (rc = sg_router_new(&s->rt,
+	    s->row->conf, sc->seed, &e)) != 0)
 		return sg_seterr(s->err, SG_EINVAL, "row %s: %s", s->row->name,
 		    e.text);
 	for (i = 0; i < s->nc; i++) {
 		cstate *c = &s->cs[i];
 		sample smp;
 
-		if (eng_new(&c->e, &sc->clusters[i].eng, on_engine, s,
+		if (eng_new(&c->e, &sc->clusters[i].eng, engine_cb, s,
 		    NULL) != 0)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 		sg_cluster_init(&c->vis, sc->clusters[i].id,
 		    strlen(sc->clusters[i].id));
 		c->vis.rtt_ms = sc->clusters[i].rtt_ms;
-		s->all[i] = i;
 		if ((rc = sg_fleet_add(s->fleet, c->vis.id, c->vis.id_len,
 		    NULL, &e)) != 0)
 			return sg_seterr(s->err, rc, "%s", e.text);
@@ -775,12 +1239,23 @@ setup(sim *s)
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
 		c->next = INFINITY;
+		s->tree[s->tleaves + i] = (uint32_t)i;
+		tree_fix(s, i);
 		push(s, sc->stats_interval_ms * (double)(i + 1) /
 		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
 	}
-	s->arrivals_rng = stream_seed(sc->seed, 2, 0);
-	push(s, expo(&s->arrivals_rng, 1000.0 / sc->sessions.rate_per_s),
-	    EV_SESSION, 0);
+	build_candidates(s);
+	if (sc->has_trace) {
+		if (sc->trace.nsess > 0)
+			push(s, sc->trace.req[sc->trace.sess[0].first].t_ms,
+			    EV_SESSION, 0);
+	} else {
+		double first;
+
+		s->arrivals_rng = stream_seed(sc->seed, 2, 0);
+		if (!isinf(first = sim_next_arrival(sc, &s->arrivals_rng, 0)))
+			push(s, first, EV_SESSION, 0);
+	}
 	for (i = 0; i < sc->nbg; i++) {
 		s->bg_rng[i] = stream_seed(sc->seed, 3, i);
 		if (sc->bg[i].end_ms > s->bg_end)
@@ -788,7 +1263,84 @@ setup(sim *s)
 		push(s, sc->bg[i].start_ms + expo(&s->bg_rng[i], 1000.0 /
 		    sc->bg[i].rate_per_s), EV_BG, (uint32_t)i);
 	}
+	for (i = 0; i < sc->ndrains; i++) {
+		push(s, sc->drains[i].start_ms, EV_DRAIN, (uint32_t)(2 * i));
+		push(s, sc->drains[i].end_ms, EV_DRAIN, (uint32_t)(2 * i + 1));
+	}
 	return s->fail;
+}
+
+/* A session arrival: start it, schedule the next one. */
+static void
+arrival(sim *s, double t)
+{
+	const scenario *sc = s->sc;
+
+	double next;
+
+	if (t >= sc->duration_ms)
+		return;
+	new_session(s, t);
+	if (sc->has_trace) {
+		if (s->next_trace < sc->trace.nsess)
+			push(s, sc->trace.req[sc->trace.sess[
+			    s->next_trace].first].t_ms, EV_SESSION, 0);
+		return;
+	}
+	if (!isinf(next = sim_next_arrival(sc, &s->arrivals_rng, t)))
+		push(s, next, EV_SESSION, 0);
+}
+
+static void
+dispatch(sim *s, const ev *x)
+{
+	const scenario *sc = s->sc;
+
+	switch (x->type) {
+	case EV_SESSION:
+		arrival(s, x->t);
+		break;
+	case EV_TURN:
+		start_turn(s, x->a, x->t);
+		break;
+	case EV_ROUTE:
+		route(s, x->a, x->t);
+		break;
+	case EV_SAMPLE:
+		take_sample(s, x->a, x->t);
+		if (busy(s, x->t))
+			push(s, x->t + sc->stats_interval_ms, EV_SAMPLE, x->a);
+		break;
+	case EV_VISIBLE: {
+		cstate *c = &s->cs[x->a];
+
+		publish(s, x->a, &c->pend[c->pend_head++], x->t);
+		break;
+	}
+	case EV_BG:
+		background(s, x->a, x->t);
+		break;
+	case EV_DRAIN:
+		drain_event(s, x->a, x->t);
+		break;
+	}
+}
+
+static void
+summarise(sim *s, sim_result *out)
+{
+	const scenario *sc = s->sc;
+
+	out->sim_end_ms = s->now;
+	out->kv_reuse = out->input_tokens > 0 ? out->reused_tokens /
+	    out->input_tokens : 0;
+	out->ttft_p99_ms = percentile(s->ttft, s->nttft, 0.99);
+	out->ttft_p50_ms = percentile(s->ttft, s->nttft, 0.50);
+	out->goodput_rps = (double)out->good * 1000.0 /
+	    (sc->duration_ms - sc->warmup_ms);
+	out->left_share = out->returning > 0 ? (double)out->left /
+	    (double)out->returning : 0;
+	out->mean_wait_ms = s->nwait > 0 ? s->wait_sum / (double)s->nwait : 0;
 }
 
 int
@@ -807,72 +1359,29 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	if ((rc = setup(&s)) != 0)
 		goto out;
 	while (s.fail == 0) {
-		double te = INFINITY, th;
-		size_t i, ie = 0;
+		uint32_t ie = s.tree[1];
+		double te = ie != NONE ? s.cs[ie].next : INFINITY, th;
 		ev x;
 
-		for (i = 0; i < s.nc; i++)
-			if (s.cs[i].next < te) {
-				te = s.cs[i].next;
-				ie = i;
-			}
 		th = s.nheap > 0 ? s.heap[0].t : INFINITY;
 		if (isinf(te) && isinf(th))
 			break;
 		if (te <= th) {
 			s.now = te;
 			eng_advance(s.cs[ie].e, te);
-			s.cs[ie].next = eng_next_event(s.cs[ie].e);
+			set_next(&s, ie);
 			continue;
 		}
 		x = pop(&s);
 		s.now = x.t;
-		switch (x.type) {
-		case EV_SESSION:
-			if (x.t >= sc->duration_ms)
-				break;
-			new_session(&s, x.t);
-			push(&s, x.t + expo(&s.arrivals_rng, 1000.0 /
-			    sc->sessions.rate_per_s), EV_SESSION, 0);
-			break;
-		case EV_TURN:
-			start_turn(&s, x.a, x.t);
-			break;
-		case EV_ROUTE:
-			route(&s, x.a, x.t);
-			break;
-		case EV_SAMPLE:
-			take_sample(&s, x.a, x.t);
-			if (busy(&s, x.t))
-				push(&s, x.t + sc->stats_interval_ms, EV_SAMPLE,
-				    x.a);
-			break;
-		case EV_VISIBLE: {
-			cstate *c = &s.cs[x.a];
-
-			publish(&s, x.a, &c->pend[c->pend_head++], x.t);
-			break;
-		}
-		case EV_BG:
-			background(&s, x.a, x.t);
-			break;
-		}
+		dispatch(&s, &x);
 	}
 	if ((rc = s.fail) != 0) {
 		if (rc == SG_ENOMEM)
 			sg_seterr(err, rc, "out of memory");
 		goto out;
 	}
-	out->sim_end_ms = s.now;
-	out->kv_reuse = out->input_tokens > 0 ? out->reused_tokens /
-	    out->input_tokens : 0;
-	out->ttft_p99_ms = percentile(s.ttft, s.nttft, 0.99);
-	out->ttft_p50_ms = percentile(s.ttft, s.nttft, 0.50);
-	out->goodput_rps = (double)out->good * 1000.0 /
-	    (sc->duration_ms - sc->warmup_ms);
-	out->left_share = out->returning > 0 ? (double)out->left /
-	    (double)out->returning : 0;
-	out->mean_wait_ms = s.nwait > 0 ? s.wait_sum / (double)s.nwait : 0;
+	summarise(&s, out);
 out:
 	sim_free(&s);
 	return rc;

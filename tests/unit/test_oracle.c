@@ -1,0 +1,198 @@
+/*
+ * test_oracle.c — tools/common/oracle.c, the perfect-knowledge scorer of
+ * sg-sim, on hand-computed cases: the TTFT estimate, the capacity rule, the
+ * choice and its tie-breaks under both objectives; and the engine's
+ * read-only cache probe (eng_cached_prefix) that feeds it.
+ */
+#include "sg_test.h"
+
+#include <math.h>
+
+#include "common/engine.h"
+#include "common/oracle.h"
+
+static orc_cand
+cand(uint64_t cached, uint64_t backlog, double tps, double rtt,
+    uint64_t running, uint64_t slots)
+{
+	orc_cand c;
+
+	memset(&c, 0, sizeof(c));
+	c.eligible = true;
+	c.cached = cached;
+	c.backlog = backlog;
+	c.tps = tps;
+	c.rtt_ms = rtt;
+	c.running = running;
+	c.slots = slots;
+	return c;
+}
+
+static void
+test_estimate_is_rtt_wait_and_uncached_prefill(void **state)
+{
+	orc_cand c = cand(3000, 1000, 20000, 2, 1, 8);
+
+	(void)state;
+	/* (1000 backlog + 5000 - 3000 uncached) / 20000 tok/s = 150 ms. */
+	assert_near(orc_ttft_ms(&c, 5000), 152, 1e-9);
+	c.slot_wait_ms = 40;
+	assert_near(orc_ttft_ms(&c, 5000), 192, 1e-9);
+	/* The cached prefix counts up to the prompt only. */
+	c = cand(9000, 0, 10000, 0, 0, 8);
+	assert_near(orc_ttft_ms(&c, 5000), 0, 1e-9);
+	c.slot_wait_ms = -5;			/* never negative */
+	assert_near(orc_ttft_ms(&c, 5000), 0, 1e-9);
+}
+
+static void
+test_capacity_is_slots_plus_max_queued(void **state)
+{
+	orc_cand c = cand(0, 0, 1, 0, 9, 8);
+
+	(void)state;
+	assert_false(orc_has_capacity(&c, 0));
+	assert_false(orc_has_capacity(&c, 1));
+	assert_true(orc_has_capacity(&c, 2));
+	c.running = 7;
+	assert_true(orc_has_capacity(&c, 0));
+	c.slots = 0;				/* unknown: no limit */
+	c.running = 1000;
+	assert_true(orc_has_capacity(&c, 0));
+	c.slots = UINT64_MAX;			/* saturating sum */
+	assert_true(orc_has_capacity(&c, 5));
+}
+
+static void
+test_pick_lowest_estimate(void **state)
+{
+	orc_cand c[3];
+	double t;
+
+	(void)state;
+	/* A: 4000 cached of 5000, 8000 backlog: (8000 + 1000) / 20000 =
+	 * 450 ms.  B: nothing cached, idle: 5000 / 20000 = 250 ms.
+	 * C: 2000 cached, 2000 backlog: 5000 / 20000 = 250 ms, rtt 1. */
+	c[0] = cand(4000, 8000, 20000, 0, 4, 8);
+	c[1] = cand(0, 0, 20000, 0, 0, 8);
+	c[2] = cand(2000, 2000, 20000, 1, 2, 8);
+	assert_int_equal(orc_pick(c, 3, 5000, 0, ORC_TTFT_FIRST, &t), 1);
+	assert_near(t, 250, 1e-9);
+	/* KV first: A holds the most. */
+	assert_int_equal(orc_pick(c, 3, 5000, 0, ORC_KV_FIRST, &t), 0);
+	assert_near(t, 450, 1e-9);
+	/* Without rtt, B and C tie at 250 ms: the larger cache wins. */
+	c[2].rtt_ms = 0;
+	assert_int_equal(orc_pick(c, 3, 5000, 0, ORC_TTFT_FIRST, &t), 2);
+	/* Full tie: the lower index. */
+	c[2].cached = 0;
+	c[2].backlog = 0;
+	assert_int_equal(orc_pick(c, 3, 5000, 0, ORC_TTFT_FIRST, NULL), 1);
+	/* KV first with equal caches: the estimate decides. */
+	c[0].cached = 0;
+	assert_int_equal(orc_pick(c, 3, 5000, 0, ORC_KV_FIRST, NULL), 1);
+}
+
+static void
+test_pick_honours_capacity_and_eligibility(void **state)
+{
+	orc_cand c[2];
+	double t = -1;
+
+	(void)state;
+	c[0] = cand(5000, 0, 20000, 0, 8, 8);	/* all slots busy */
+	c[1] = cand(0, 0, 20000, 0, 0, 8);
+	assert_int_equal(orc_pick(c, 2, 5000, 0, ORC_KV_FIRST, NULL), 1);
+	/* max_queued 1 lets the cached cluster take one more. */
+	assert_int_equal(orc_pick(c, 2, 5000, 1, ORC_KV_FIRST, NULL), 0);
+	c[0].slot_wait_ms = 300;		/* 300 > 250: TTFT goes to B */
+	assert_int_equal(orc_pick(c, 2, 5000, 1, ORC_TTFT_FIRST, NULL), 1);
+	c[1].eligible = false;
+	assert_int_equal(orc_pick(c, 2, 5000, 0, ORC_TTFT_FIRST, &t), -1);
+	assert_near(t, 0, 0);
+	assert_int_equal(orc_pick(c, 0, 5000, 0, ORC_TTFT_FIRST, NULL), -1);
+}
+
+static void
+test_kv_first_ties_prefer_a_free_slot_then_room(void **state)
+{
+	orc_cand c[3];
+
+	(void)state;
+	/* Nothing cached anywhere (a new session).  A: idle, 10000 free;
+	 * B: idle, 200000 free but a longer queue; C: all slots busy,
+	 * 400000 free. */
+	c[0] = cand(0, 0, 20000, 0, 0, 8);
+	c[0].kv_free = 10000;
+	c[1] = cand(0, 6000, 20000, 0, 3, 8);
+	c[1].kv_free = 200000;
+	c[2] = cand(0, 0, 20000, 0, 8, 8);
+	c[2].kv_free = 400000;
+	/* C has no free slot (capacity under max_queued 2 is fine): B. */
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 1);
+	/* TTFT first: A, the shortest queue. */
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_TTFT_FIRST, NULL), 0);
+	/* Free space within one 16384-token bucket is a tie: the
+	 * estimate decides (A). */
+	c[1].kv_free = 12000;
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 0);
+	/* Any cached prefix beats room. */
+	c[2].cached = 1;
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 2);
+}
+
+/* The probe: what the engine would reuse now, and nothing changes. */
+static void
+test_engine_probe_reads_the_cache_without_changing_it(void **state)
+{
+	eng_config cfg;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	eng_counters before;
+
+	(void)state;
+	eng_config_default(&cfg);
+	cfg.prefill_tps = 1000;
+	cfg.decode_tps = 1000;
+	assert_int_equal(eng_new(&e, &cfg, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.key = 42;
+	r.input_tokens = 100;
+	r.output_tokens = 10;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);
+	eng_advance(e, 1000);			/* 100 ms prefill, 9 ms decode */
+	before = *eng_counters_get(e);
+	/* Prompt and answer are cached: 110 tokens, clamped to the prompt. */
+	r.input_tokens = 500;
+	assert_int_equal(eng_cached_prefix(e, &r), 110);
+	r.input_tokens = 50;
+	assert_int_equal(eng_cached_prefix(e, &r), 50);
+	r.key = 43;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	assert_memory_equal(&before, eng_counters_get(e), sizeof(before));
+	eng_free(e);
+	/* No cache: nothing. */
+	cfg.kv_capacity_tokens = 0;
+	assert_int_equal(eng_new(&e, &cfg, NULL, NULL, NULL), 0);
+	r.key = 42;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	eng_free(e);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_estimate_is_rtt_wait_and_uncached_prefill),
+		cmocka_unit_test(test_capacity_is_slots_plus_max_queued),
+		cmocka_unit_test(test_pick_lowest_estimate),
+		cmocka_unit_test(test_pick_honours_capacity_and_eligibility),
+		cmocka_unit_test(test_kv_first_ties_prefer_a_free_slot_then_room),
+		cmocka_unit_test(
+		    test_engine_probe_reads_the_cache_without_changing_it),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
