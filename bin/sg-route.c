@@ -21,16 +21,31 @@
  * (sg_router_explain).  Input is bounded: a file or record larger than
  * SG_MAX_RECORD bytes is bad input, never an unbounded allocation.
  *
+ * Speed (--ndjson).  Lines are read with one read(2) per MiB (memchr for
+ * the newlines) and parsed with json_loadb; a snapshot line identical to
+ * the last one applied is not parsed again.  Decisions are written by a
+ * bounded hand-written writer into stdout's 1 MiB buffer (the same bytes
+ * as the jansson rendering, which it falls back to for anything it does
+ * not write itself: --explain, strings that need escaping or are not
+ * ASCII, milliseconds that are not whole; --reference-writer, for tests,
+ * always takes the jansson path).  Output is flushed before every read
+ * that may block and before every message on stderr, so a consumer sees
+ * each decision before sg-route waits for more input, and messages keep
+ * their place among the decisions.
+ *
  * Exit status: 0 decided, 2 a request was rejected, sysexits otherwise
  * (64 usage, 65 bad input, 66 cannot open, 70 internal, 74 output, 78 config).
  * Bad input outranks a rejection: a stream with both ends in 65.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -49,6 +64,7 @@ enum {
 	OPT_HEADERS,
 	OPT_NDJSON,
 	OPT_VERSION,
+	OPT_REFWRITER,
 };
 
 static const struct option longopts[] = {
@@ -59,6 +75,7 @@ static const struct option longopts[] = {
 	{ "help",		no_argument,		NULL,	'h' },
 	{ "ndjson",		no_argument,		NULL,	OPT_NDJSON },
 	{ "seed",		required_argument,	NULL,	OPT_SEED },
+	{ "reference-writer",	no_argument,		NULL,	OPT_REFWRITER },
 	{ "snapshot",		required_argument,	NULL,	's' },
 	{ "until-decided",	no_argument,		NULL,	OPT_UNTIL_DECIDED },
 	{ "version",		no_argument,		NULL,	OPT_VERSION },
@@ -81,6 +98,7 @@ const char cli_help[] = "\n"
     "      --explain        add the candidate table as \"explain\"\n"
     "      --headers        read the request as HTTP header lines\n"
     "      --ndjson         read {\"snapshot\":...} / {\"request\":...} lines\n"
+    "      --reference-writer  (tests) print decisions through jansson\n"
     "  -h, --help           print this help and exit\n"
     "      --version        print the version and exit\n";
 
@@ -97,6 +115,7 @@ struct opts {
 	bool		 explain;
 	bool		 headers;
 	bool		 ndjson;
+	bool		 refwriter;	/* decisions through jansson only */
 };
 
 /* --- deciding ------------------------------------------------------------- */
@@ -111,7 +130,147 @@ struct run {
 	bool		 rejected;	/* some request was rejected */
 	bool		 bad;		/* some stream record was bad */
 	bool		 stream;	/* flush after every line */
+	bool		 fast;		/* the buffered stream path */
+	char		*lastsnap;	/* the last snapshot-only line applied */
+	size_t		 lastsnap_len;
 };
+
+/* Flush the decisions so far before a message (fast path: buffered). */
+static void
+pre_msg(const struct run *r)
+{
+	if (r->fast)
+		(void)fflush(stdout);
+}
+
+/* --- the decision writer -------------------------------------------------- */
+
+#define DW_MAX	(4 * SG_ID_MAX + 1024)	/* what dw_decision() may write */
+
+/* Append s if it is printable ASCII without '"' or '\\'; false if not. */
+static bool
+dw_str(char **p, const char *end, const char *s)
+{
+	char *q = *p;
+
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || q >= end)
+			return false;
+		*q++ = (char)c;
+	}
+	*p = q;
+	return true;
+}
+
+static bool
+dw_lit(char **p, const char *end, const char *lit, size_t n)
+{
+	if ((size_t)(end - *p) < n)
+		return false;
+	memcpy(*p, lit, n);
+	*p += n;
+	return true;
+}
+#define DW_LIT(p, end, s)	dw_lit(p, end, s, sizeof(s) - 1)
+
+/* A field "name":"value". */
+static bool
+dw_sfield(char **p, const char *end, const char *name, size_t nlen,
+    const char *v)
+{
+	return dw_lit(p, end, name, nlen) && dw_str(p, end, v) &&
+	    DW_LIT(p, end, "\"");
+}
+#define DW_SFIELD(p, end, n, v)	dw_sfield(p, end, n, sizeof(n) - 1, v)
+
+static bool
+dw_int(char **p, const char *end, long long v)
+{
+	int n;
+
+	if (end - *p < 24)
+		return false;
+	n = snprintf(*p, 24, "%lld", v);
+	if (n < 0 || n >= 24)
+		return false;
+	*p += n;
+	return true;
+}
+
+/* A whole number of milliseconds both ms renderings print as an integer. */
+static bool
+dw_ms(char **p, const char *end, double v)
+{
+	if (!(v >= 0.0 && v < 9007199254740992.0) || v != floor(v))
+		return false;
+	return dw_int(p, end, (long long)v);
+}
+
+/*
+ * The line cli_decision_json() + json_dumps(JSON_COMPACT) would print for
+ * d (fields in sg_decision_to_json()'s order, then elapsed_ms), into
+ * buf[0..DW_MAX); returns its length, or 0 when this writer does not
+ * handle it (the caller takes the jansson path).
+ */
+static size_t
+dw_decision(char *buf, const sg_decision *d, const sg_request *req,
+    double elapsed)
+{
+	const char *kind = sg_decision_kind_name(d->kind);
+	const char *phase = sg_phase_name(d->phase), *state;
+	char *p = buf, *end = buf + DW_MAX;
+	bool ok = true;
+
+	if (kind == NULL)
+		return 0;
+	ok &= DW_LIT(&p, end, "{");
+	if (req->request_id != NULL)
+		ok = ok && DW_SFIELD(&p, end, "\"request_id\":\"",
+		    req->request_id) && DW_LIT(&p, end, ",");
+	ok = ok && DW_SFIELD(&p, end, "\"decision\":\"", kind);
+	if (d->kind == SG_DECIDE_SELECT)
+		ok = ok && DW_SFIELD(&p, end, ",\"cluster_id\":\"",
+		    d->cluster_id != NULL ? d->cluster_id : "") &&
+		    DW_LIT(&p, end, ",\"rank_depth\":") &&
+		    dw_int(&p, end, (long long)d->rank_depth);
+	if (phase != NULL)
+		ok = ok && DW_SFIELD(&p, end, ",\"phase\":\"", phase);
+	if (d->algorithm != NULL)
+		ok = ok && DW_SFIELD(&p, end, ",\"algorithm\":\"",
+		    d->algorithm);
+	if (d->kind == SG_DECIDE_SELECT && d->kv_skip)
+		ok = ok && DW_LIT(&p, end, ",\"kv_skip\":true");
+	if (d->kind == SG_DECIDE_WAIT)
+		ok = ok && DW_LIT(&p, end, ",\"recheck_at_ms\":") &&
+		    dw_ms(&p, end, d->recheck_at_ms);
+	if (d->kind == SG_DECIDE_REJECT) {
+		ok = ok && DW_LIT(&p, end, ",\"status\":") &&
+		    dw_int(&p, end, d->status);
+		if (d->code != NULL)
+			ok = ok && DW_SFIELD(&p, end, ",\"code\":\"",
+			    d->code);
+		if (d->reason != NULL)
+			ok = ok && DW_SFIELD(&p, end, ",\"reason\":\"",
+			    d->reason);
+	}
+	if (d->classified) {
+		if ((state = sg_session_state_name(d->session_state)) != NULL)
+			ok = ok && DW_SFIELD(&p, end,
+			    ",\"session_state\":\"", state);
+		ok = ok && (d->promoted ?
+		    DW_LIT(&p, end, ",\"promoted\":true") :
+		    DW_LIT(&p, end, ",\"promoted\":false"));
+		if (d->kind == SG_DECIDE_SELECT)
+			ok = ok && (d->primary ?
+			    DW_LIT(&p, end, ",\"selection\":\"primary\"") :
+			    DW_LIT(&p, end, ",\"selection\":\"fallback\""));
+	}
+	ok = ok && DW_LIT(&p, end, ",\"elapsed_ms\":") &&
+	    dw_ms(&p, end, elapsed) && DW_LIT(&p, end, "}\n");
+	return ok ? (size_t)(p - buf) : 0;
+}
 
 /*
  * Decide req at elapsed (and, with --until-decided, again at every wait's
@@ -125,6 +284,8 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 	sg_error err;
 	json_t *obj = NULL, *ex = NULL;
 	double elapsed = r->o->has_elapsed ? r->o->elapsed_ms : req->elapsed_ms;
+	char buf[DW_MAX];
+	size_t n;
 	long step;
 	int rc = 0, lrc;
 
@@ -132,8 +293,17 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 		sg_error_clear(&err);
 		memset(&d, 0, sizeof(d));
 		lrc = sg_router_decide(r->rt, r->snap, req, elapsed, &d, &err);
-		if (lrc != 0)
+		if (lrc != 0) {
+			pre_msg(r);
 			return cli_report(source, line, lrc, &err, true);
+		}
+		if (!r->o->explain && !r->o->refwriter &&
+		    (n = dw_decision(buf, &d, req, elapsed)) > 0) {
+			if (fwrite_unlocked(buf, 1, n, stdout) != n ||
+			    (r->stream && fflush(stdout) == EOF))
+				return cli_write_error();
+			goto next;
+		}
 		if ((obj = cli_decision_json(&d, req, elapsed)) == NULL) {
 			rc = cli_oom();
 			goto out;
@@ -143,6 +313,7 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 			lrc = sg_router_explain(r->rt, r->snap, req, elapsed, &ex,
 			    &err);
 			if (lrc != 0) {
+				pre_msg(r);
 				rc = cli_report(source, line, lrc, &err, true);
 				goto out;
 			}
@@ -155,12 +326,14 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 			goto out;
 		json_decref(obj);
 		obj = NULL;
+next:
 		if (d.kind == SG_DECIDE_REJECT)
 			r->rejected = true;
 		if (!r->o->until_decided || d.kind != SG_DECIDE_WAIT)
 			return 0;
 		/* A wait must move time forward, or the loop would spin. */
 		if (!(d.recheck_at_ms > elapsed)) {
+			pre_msg(r);
 			cli_complain(source, line,
 			    "wait at %g ms rechecks at %g ms", elapsed,
 			    d.recheck_at_ms);
@@ -168,6 +341,7 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 		}
 		elapsed = d.recheck_at_ms;
 	}
+	pre_msg(r);
 	cli_complain(source, line, "no decision after %d steps",
 	    UNTIL_DECIDED_MAX_STEPS);
 	return EX_SOFTWARE;
@@ -232,6 +406,7 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 
 	json_object_foreach(rec, key, val) {
 		if (strcmp(key, "snapshot") != 0 && strcmp(key, "request") != 0) {
+			pre_msg(r);
 			cli_complain(source, line, "%s: unknown field "
 			    "(expected \"snapshot\" or \"request\")", key);
 			return EX_DATAERR;
@@ -240,19 +415,24 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 	snap = json_object_get(rec, "snapshot");
 	rq = json_object_get(rec, "request");
 	if (snap == NULL && rq == NULL) {
+		pre_msg(r);
 		cli_complain(source, line,
 		    "expected \"snapshot\" or \"request\"");
 		return EX_DATAERR;
 	}
 	if (snap != NULL) {
 		if (!json_is_object(snap)) {
+			pre_msg(r);
 			cli_complain(source, line,
 			    "snapshot: expected an object");
 			return EX_DATAERR;
 		}
 		sg_error_clear(&err);
-		if ((lrc = sg_snapshot_from_json(r->staging, snap, &err)) != 0)
+		if ((lrc = sg_snapshot_from_json(r->staging, snap, &err)) !=
+		    0) {
+			pre_msg(r);
 			return cli_report(source, line, lrc, &err, true);
+		}
 		tmp = r->snap;
 		r->snap = r->staging;
 		r->staging = tmp;
@@ -261,21 +441,217 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 	if (rq == NULL)
 		return 0;
 	if (!json_is_object(rq)) {
+		pre_msg(r);
 		cli_complain(source, line, "request: expected an object");
 		return EX_DATAERR;
 	}
 	if (!r->have_snap) {
+		pre_msg(r);
 		cli_complain(source, line, "request before any snapshot "
 		    "(use -s or a {\"snapshot\": ...} record)");
 		return EX_DATAERR;
 	}
 	sg_request_init(&req);
 	sg_error_clear(&err);
-	if ((lrc = sg_request_from_json(&req, rq, &err)) != 0)
+	if ((lrc = sg_request_from_json(&req, rq, &err)) != 0) {
+		pre_msg(r);
 		rc = cli_report(source, line, lrc, &err, true);
-	else
+	} else
 		rc = decide(r, &req, source, line);
 	sg_request_release(&req);
+	return rc;
+}
+
+/*
+ * The --ndjson stream, as cli_stream() reads it (same lines, line numbers,
+ * limits, messages and exit codes), faster: see the top of the file.
+ */
+#define RD_CHUNK	((size_t)1 << 20)
+
+struct rd {
+	int		 fd;
+	char		*buf;		/* RD_CHUNK + SG_MAX_RECORD + 1 bytes */
+	size_t		 cap, start, end;
+	bool		 eof;
+};
+
+/*
+ * Make room and read more; returns 1 when bytes were added, 0 at the end,
+ * -1 on a read error (errno set).  Flushes stdout first: the read may
+ * block.
+ */
+static int
+rd_fill(struct rd *d)
+{
+	ssize_t n;
+
+	if (d->eof)
+		return 0;
+	if (d->start > 0) {
+		memmove(d->buf, d->buf + d->start, d->end - d->start);
+		d->end -= d->start;
+		d->start = 0;
+	}
+	if (fflush(stdout) == EOF)
+		return -2;
+	do
+		n = read(d->fd, d->buf + d->end, d->cap - 1 - d->end);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		d->eof = true;
+		return 0;
+	}
+	d->end += (size_t)n;
+	return 1;
+}
+
+/*
+ * The next line (NUL-terminated in place, without its newline) in *line,
+ * *len; *toolong for a line over SG_MAX_RECORD bytes (consumed, not
+ * returned).  Returns 1, 0 at the end, -1 read error, -2 write error.
+ */
+static int
+rd_line(struct rd *d, char **line, size_t *len, bool *toolong)
+{
+	size_t scan = d->start;
+	char *nl;
+	int got;
+
+	*toolong = false;
+	for (;;) {
+		nl = memchr(d->buf + scan, '\n', d->end - scan);
+		if (nl != NULL) {
+			size_t n = (size_t)(nl - (d->buf + d->start));
+
+			*nl = '\0';
+			*line = d->buf + d->start;
+			*len = n;
+			d->start += n + 1;
+			if (*toolong || n > SG_MAX_RECORD) {
+				*toolong = true;
+				*len = 0;
+			}
+			return 1;
+		}
+		if (d->end - d->start > SG_MAX_RECORD) {
+			/* too long: drop what is buffered, keep looking */
+			*toolong = true;
+			d->start = d->end = 0;
+		}
+		scan = d->end - d->start;
+		if ((got = rd_fill(d)) < 0)
+			return got;
+		scan += d->start;
+		if (got == 0) {
+			if (d->end == d->start && !*toolong)
+				return 0;
+			d->buf[d->end] = '\0';	/* a last line, no newline */
+			*line = d->buf + d->start;
+			*len = *toolong ? 0 : d->end - d->start;
+			d->start = d->end;
+			return 1;
+		}
+	}
+}
+
+/* A snapshot-only line identical to the last one applied: nothing to do. */
+static bool
+same_snapshot(const struct run *r, const char *line, size_t len)
+{
+	return r->lastsnap != NULL && len == r->lastsnap_len &&
+	    memcmp(line, r->lastsnap, len) == 0;
+}
+
+/* Remember line if rec was a snapshot-only record that was applied. */
+static void
+keep_snapshot(struct run *r, const json_t *rec, const char *line, size_t len)
+{
+	char *c;
+
+	if (json_object_size(rec) != 1 ||
+	    json_object_get(rec, "snapshot") == NULL)
+		return;
+	free(r->lastsnap);
+	r->lastsnap = NULL;
+	if ((c = malloc(len)) == NULL)
+		return;		/* only an optimisation */
+	memcpy(c, line, len);
+	r->lastsnap = c;
+	r->lastsnap_len = len;
+}
+
+static int
+stream_fast(struct run *r, const char *path, bool *bad)
+{
+	const char *source = cli_source_name(path);
+	struct rd d;
+	json_error_t jerr;
+	json_t *rec;
+	char *line;
+	size_t len;
+	long lineno = 0;
+	bool toolong;
+	FILE *f;
+	int rc = 0, got;
+
+	if ((f = cli_open_input(path)) == NULL)
+		return EX_NOINPUT;
+	memset(&d, 0, sizeof(d));
+	d.fd = fileno(f);
+	d.cap = RD_CHUNK + SG_MAX_RECORD + 1;
+	if ((d.buf = malloc(d.cap)) == NULL) {
+		rc = cli_oom();
+		goto out;
+	}
+	while ((got = rd_line(&d, &line, &len, &toolong)) == 1) {
+		lineno++;
+		if (toolong) {
+			pre_msg(r);
+			cli_complain(source, lineno,
+			    "record larger than %u bytes", SG_MAX_RECORD);
+			*bad = true;
+			continue;
+		}
+		if (len == 0 || strspn(line, " \t\r") == len)
+			continue;
+		if (same_snapshot(r, line, len))
+			continue;
+		rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+		if (rec == NULL || !json_is_object(rec)) {
+			/* the shared parser reports it, in its words */
+			json_decref(rec);
+			pre_msg(r);
+			json_decref(cli_parse_object(line, len, source,
+			    lineno));
+			*bad = true;
+			continue;
+		}
+		if (json_object_get(rec, "snapshot") != NULL) {
+			/* the current snapshot may change: forget the last */
+			free(r->lastsnap);
+			r->lastsnap = NULL;
+		}
+		rc = stream_record(rec, source, lineno, r);
+		if (rc == 0)
+			keep_snapshot(r, rec, line, len);
+		json_decref(rec);
+		if (rc == EX_DATAERR) {
+			*bad = true;
+			rc = 0;
+		} else if (rc != 0)
+			goto out;
+	}
+	if (got == -2)
+		rc = cli_write_error();
+	else if (got < 0) {
+		pre_msg(r);
+		rc = cli_read_failed(-1, source);
+	}
+out:
+	free(d.buf);
+	cli_close_input(f);
 	return rc;
 }
 
@@ -322,6 +698,9 @@ main(int argc, char *argv[])
 		case OPT_NDJSON:
 			o.ndjson = true;
 			break;
+		case OPT_REFWRITER:
+			o.refwriter = true;
+			break;
 		case OPT_VERSION:
 			return cli_version();
 		default:
@@ -344,7 +723,12 @@ main(int argc, char *argv[])
 		    "stdin");
 
 	r.o = &o;
-	r.stream = o.ndjson;
+	r.fast = o.ndjson;
+	r.stream = false;	/* flushed before reads and messages */
+	if (o.ndjson && setvbuf(stdout, NULL, _IOFBF, RD_CHUNK) != 0) {
+		rc = cli_oom();
+		goto out;
+	}
 	if ((rc = cli_load_router(o.config, o.seed, &r.conf, &r.rt)) != 0)
 		goto out;
 	if ((r.snap = sg_snapshot_new()) == NULL ||
@@ -357,14 +741,14 @@ main(int argc, char *argv[])
 			goto out;
 		r.have_snap = true;
 	}
-	rc = o.ndjson ? cli_stream(o.input, 0, stream_record, &r, &r.bad) :
-	    run_single(&r);
+	rc = o.ndjson ? stream_fast(&r, o.input, &r.bad) : run_single(&r);
 	if (rc == 0 && r.bad)
 		rc = EX_DATAERR;
 	if (rc == 0 && r.rejected)
 		rc = 2;
 out:
 	rc = cli_finish(rc);
+	free(r.lastsnap);
 	sg_snapshot_free(r.staging);
 	sg_snapshot_free(r.snap);
 	sg_router_free(r.rt);

@@ -685,3 +685,61 @@ random_stream() {
 	[ "$(js '.[0].recheck_at_ms')" = 200 ]
 	[ "$(js '.[1] | [.status, .code, .session_state] | map(tostring) | join(" ")')" = "503 overloaded_error returning" ]
 }
+
+# A stream of many decisions of every kind: selects, waits (whole and
+# fractional recheck times), rejects with codes and reasons, classified
+# sessions (new, stale, returning; primary and fallback), ids that need
+# escaping or are not ASCII.
+mixed_stream() {
+	local i
+	printf '{"snapshot": %s}\n' "$(jq -c . "$F/abc-free.json")"
+	for i in $(seq 1 120); do
+		printf '{"request": {"request_id": "r-%d", "model": "m", "input_tokens": %d, "cache_affinity_key": "s-%d", "elapsed_ms": %s%s}}\n' \
+		    "$i" $((i * 37 % 5000)) $((i % 9)) "$((i % 4 * 25))$([ $((i % 5)) = 0 ] && echo .5)" \
+		    "$([ $((i % 3)) = 0 ] && printf ', "last_cluster_id": "%s"' "$(printf 'A\nB\nZ' | sed -n "$((i % 3 + 1))p")")"
+		[ $((i % 40)) = 0 ] && printf '{"snapshot": %s}\n' "$(jq -c . "$F/ab-full.json")"
+		[ $((i % 40)) = 20 ] && printf '{"snapshot": %s}\n' "$(jq -c . "$F/abc-free.json")"
+	done
+	printf '{"request": {"request_id": "q\\"uote\\\\back\\nnl", "model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"request_id": "caf\\u00e9-\\u65e5", "model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"model": "m", "input_tokens": 1}}\n'
+}
+
+@test "--ndjson: the hand-written writer prints the jansson path's bytes" {
+	mixed_stream >"$BATS_TEST_TMPDIR/mixed.ndjson"
+	for lb in "" lb-rr.json lb-waw-flag.json lb-waw-k2-flag.json lb-pwaw-flag.json \
+	    lb-pwaw-x300.json lb-pwaw-bands-flag.json lb-pulsar-kv.json lb-pon3.json; do
+		for extra in "" --until-decided "--elapsed-ms 12.25"; do
+			c=()
+			[ -n "$lb" ] && c=(-c "$F/$lb")
+			run --separate-stderr "$ROUTE" "${c[@]}" $extra --ndjson "$BATS_TEST_TMPDIR/mixed.ndjson"
+			fast=$output fast_err=$stderr fast_rc=$status
+			run --separate-stderr "$ROUTE" "${c[@]}" $extra --reference-writer --ndjson "$BATS_TEST_TMPDIR/mixed.ndjson"
+			[ "$fast_rc" = "$status" ] || { echo "$lb $extra: exit $fast_rc vs $status"; false; }
+			[ "$fast" = "$output" ] || { echo "$lb $extra: outputs differ"; diff <(echo "$fast") <(echo "$output"); false; }
+			[ "$fast_err" = "$stderr" ]
+			[ "$(wc -l <<<"$output")" -ge 120 ]
+		done
+	done
+}
+
+@test "--ndjson: a repeated snapshot line is applied again after another snapshot" {
+	one() {
+		printf '{"clusters":[{"id":"%s","rtt_ms":1,"max_engine_concurrency":2,"running":0,"queued":0,"queued_input_tokens":0,"last_mean_input_tps":1000,"max_input_tps":1000}]}' "$1"
+	}
+	p=$(one P)
+	q=$(one Q)
+	req='{"request_id": "x", "model": "m", "input_tokens": 10}'
+	stream=$(printf '{"snapshot": %s}\n{"request": %s}\n{"snapshot": %s}\n{"request": %s}\n{"snapshot": %s, "request": %s}\n{"snapshot": %s}\n{"request": %s}\n{"snapshot": %s}\n{"snapshot": %s}\n{"request": %s}\n' \
+	    "$p" "$req" "$p" "$req" "$q" "$req" "$p" "$req" "$q" "$p" "$req")
+	run -0 --separate-stderr "$ROUTE" --ndjson <<<"$stream"
+	[ "$(jq -rs '[.[].cluster_id] | join(" ")' <<<"$output")" = "P P Q P P" ]
+}
+
+@test "--ndjson: messages keep their place among the decisions" {
+	stream=$(printf '{"snapshot": %s}\n{"request": {"request_id": "a", "model": "m", "input_tokens": 1}}\nnot json\n{"request": {"request_id": "b", "model": "m", "input_tokens": 1}}\n' "$(jq -c . "$F/abc-free.json")")
+	run -65 sh -c '"$1" --ndjson 2>&1' sh "$ROUTE" <<<"$stream"
+	[ "${lines[0]:0:18}" = '{"request_id":"a",' ]
+	[[ ${lines[1]} == *"<stdin>:3: "* ]]
+	[ "${lines[2]:0:18}" = '{"request_id":"b",' ]
+}
