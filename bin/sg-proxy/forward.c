@@ -2,8 +2,13 @@
  * forward.c — one upstream attempt of a routed request, and the request
  * context's life (ref §1.3, §1.4, §2.3, §6.3; SPEC.md §6).
  *
+ * Upstream client: the native HTTP/1.1 client (h1.c, the default) or
+ * libcurl multi (upstream.c, --upstream-client curl); the attempt logic
+ * is shared, only the transport glue (the "native client" section and
+ * forward_start) differs.
+ *
  * Request headers: every client header goes to the engine except the
- * hop-by-hop ones, host, content-length (curl sets it), expect, the
+ * hop-by-hop ones, host, content-length (the client sets it), expect, the
  * consumed x-routing-method, the gateway's x-stargate-last-cluster-id,
  * the internal x-stargate-retryable / -retry-reason / -retry-after-ms /
  * -expected-queue-ms / -error-code, and traceparent (replaced by the
@@ -22,11 +27,12 @@
  * (reason connect_failover); with no budget left it is a 502.
  *
  * Backpressure: when the client connection's output buffer holds more
- * than PROXY_HWM bytes, the curl write callback pauses the transfer
- * (CURL_WRITEFUNC_PAUSE: curl keeps the bytes); the write-complete callback
+ * than PROXY_HWM bytes, the transfer is paused (native: h1_pause once the
+ * chunk is queued, the kernel keeps the rest; curl: CURL_WRITEFUNC_PAUSE,
+ * curl keeps the bytes); the write-complete callback
  * of the last chunk sent resumes it once the client has drained it.
  *
- * Timeouts: connect (--connect-timeout-ms) by curl; idle (no upstream byte
+ * Timeouts: connect (--connect-timeout-ms) by the client; idle (no upstream byte
  * for --upstream-timeout-ms, not counting time paused for a slow client)
  * by the request's timer: 504 before the reply started, else the client
  * connection is closed (a truncated reply must not look complete).
@@ -180,6 +186,7 @@ preq_get(proxy *p)
 	q->cur = NULL;
 	q->resv = 0;
 	q->x = NULL;
+	q->hx = NULL;
 	q->hdrs = NULL;
 	q->ustatus = 0;
 	q->close_after = false;
@@ -268,6 +275,11 @@ forward_cancel(preq *q)
 	if (q->x != NULL) {
 		xfer_put(q->x);
 		q->x = NULL;
+	}
+	if (q->hx != NULL) {
+		h1_cancel(q->hx);	/* closes the connection: the engine
+					 * stops work nobody will read */
+		q->hx = NULL;
 	}
 	if (q->hdrs != NULL)
 		curl_slist_free_all(q->hdrs);
@@ -513,7 +525,11 @@ on_written(struct evhttp_connection *c, void *arg)
 {
 	preq *q = arg;
 
-	if (q->conn == c && q->paused && q->x != NULL) {
+	if (q->conn == c && q->paused && q->hx != NULL) {
+		q->paused = false;
+		q->last_data_ms = mono_ms();
+		h1_resume(q->hx);
+	} else if (q->conn == c && q->paused && q->x != NULL) {
 		q->paused = false;
 		q->last_data_ms = mono_ms();
 		curl_easy_pause(q->x->easy, CURLPAUSE_CONT);
@@ -562,15 +578,14 @@ transport_retryable(preq *q, CURLcode cc)
 }
 
 static void
-log_attempt_error(preq *q, const char *msg, CURLcode cc)
+log_attempt_error(preq *q, const char *msg, const char *error)
 {
 	sg_log_rec r;
 
 	sg_log_begin(&r, q->p->log, SG_LOG_WARN, wall_s(), msg);
 	sg_log_str(&r, "request_id", q->sr.request_id);
 	sg_log_str(&r, "cluster_id", q->cur != NULL ? q->cur->cs->id : "");
-	sg_log_str(&r, "error", q->x != NULL && q->x->errbuf[0] != '\0' ?
-	    q->x->errbuf : curl_easy_strerror(cc));
+	sg_log_str(&r, "error", error);
 	sg_log_u64(&r, "attempt", q->attempts);
 	sg_log_end(&r);
 }
@@ -585,12 +600,10 @@ reset_output_headers(preq *q)
 
 /* The attempt is over without a reply: retry or answer 502. */
 static void
-attempt_failed(preq *q, CURLcode cc)
+attempt_failed(preq *q, bool again, const char *error)
 {
-	bool again = transport_retryable(q, cc);
-
 	reset_output_headers(q);
-	log_attempt_error(q, "upstream attempt failed", cc);
+	log_attempt_error(q, "upstream attempt failed", error);
 	metrics_attempt(q, q->cur->cs->id, "proxy_502");
 	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "transport error");
 	otlp_span_end(&q->aspan);
@@ -605,10 +618,11 @@ attempt_failed(preq *q, CURLcode cc)
 	route_fail(q, 502, "upstream_error", "upstream request failed");
 }
 
+/* The attempt's transfer ended (ok: a complete response); retryable: a
+ * transport error before any response byte. */
 static void
-on_done(xfer *x, CURLcode cc)
+attempt_over(preq *q, bool ok, bool retryable, const char *error)
 {
-	preq *q = x->owner;
 	char res[32];
 	int status = q->ustatus;
 
@@ -624,11 +638,11 @@ on_done(xfer *x, CURLcode cc)
 		return;
 	}
 	if (q->phase != PQ_STREAMING) {
-		attempt_failed(q, cc);
+		attempt_failed(q, retryable, ok ? "incomplete response" : error);
 		return;
 	}
-	if (cc != CURLE_OK) {
-		log_attempt_error(q, "upstream reply cut short", cc);
+	if (!ok) {
+		log_attempt_error(q, "upstream reply cut short", error);
 		forward_cancel(q);
 		abort_client(q);
 		metrics_request(q, q->cur->cs->id, status);
@@ -643,6 +657,211 @@ on_done(xfer *x, CURLcode cc)
 	metrics_request(q, q->cur->cs->id, status);
 	otlp_span_end(&q->aspan);
 	preq_finish(q, status);
+}
+
+static void
+on_done(xfer *x, CURLcode cc)
+{
+	preq *q = x->owner;
+
+	attempt_over(q, cc == CURLE_OK, transport_retryable(q, cc),
+	    x->errbuf[0] != '\0' ? x->errbuf : curl_easy_strerror(cc));
+}
+
+/* --- the native client (h1.c) --------------------------------------------------- */
+
+/* One "name: value\r\n" line onto the request's header block. */
+static int
+hblk_add(preq *q, const char *name, size_t nl, const char *v, size_t vl)
+{
+	size_t need = q->hblen + nl + vl + 4;
+
+	if (need > q->hbcap) {
+		size_t cap = q->hbcap == 0 ? 4096 : q->hbcap;
+		char *n;
+
+		while (cap < need)
+			cap *= 2;
+		if ((n = realloc(q->hblk, cap)) == NULL)
+			return -1;
+		q->hblk = n;
+		q->hbcap = cap;
+	}
+	memcpy(q->hblk + q->hblen, name, nl);
+	q->hblen += nl;
+	q->hblk[q->hblen++] = ':';
+	q->hblk[q->hblen++] = ' ';
+	memcpy(q->hblk + q->hblen, v, vl);
+	q->hblen += vl;
+	q->hblk[q->hblen++] = '\r';
+	q->hblk[q->hblen++] = '\n';
+	return 0;
+}
+
+/* The engine's header block: what build_headers passes to curl, minus
+ * curl's workarounds (h1 adds Host, Content-Length and Connection only). */
+static int
+native_headers(preq *q)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
+	struct evkeyval *kv;
+	char tp[OTLP_TRACEPARENT_LEN + 1], num[24];
+	int n;
+
+	q->hblen = 0;
+	TAILQ_FOREACH(kv, in, next) {
+		size_t nl = strlen(kv->key);
+
+		if (header_forbidden(kv->key, nl))
+			continue;
+		if (hblk_add(q, kv->key, nl, kv->value, strlen(kv->value)) !=
+		    0)
+			return -1;
+	}
+	if (q->has_eq) {
+		n = snprintf(num, sizeof(num), "%llu",
+		    (unsigned long long)q->eq_ms);
+		if (hblk_add(q, "x-stargate-expected-queue-ms", 28, num,
+		    (size_t)n) != 0)
+			return -1;
+	}
+	otlp_span_traceparent(&q->aspan, tp);
+	return hblk_add(q, "traceparent", 11, tp, strlen(tp));
+}
+
+/* The cluster's address (resolved by forward_prepare; looked up again
+ * only if a reload changed the URL since). */
+static h1_upstream *
+native_upstream(proxy *p, const pcl *cl)
+{
+	cstate *cs = cl->cs;
+
+	if (cs->h1up != NULL && h1_upstream_matches(cs->h1up, cl->def->url))
+		return cs->h1up;
+	cs->h1up = NULL;
+	if (h1_upstream_get(p->h1, cl->def->url, &cs->h1up) != 0)
+		cs->h1up = NULL;
+	return cs->h1up;
+}
+
+void
+forward_prepare(proxy *p)
+{
+	size_t i;
+
+	if (p->h1 == NULL || p->gen == NULL)
+		return;
+	for (i = 0; i < p->gen->n; i++)
+		(void)native_upstream(p, &p->gen->cl[i]);
+}
+
+static int
+n_headers(void *arg, const h1_resp *r)
+{
+	preq *q = arg;
+	struct evkeyvalq *out;
+	char *buf = q->p->hbuf;
+	size_t i;
+
+	q->last_data_ms = mono_ms();
+	q->got_bytes = true;
+	q->ustatus = r->status;
+	copy_trimmed(q->ureason, sizeof(q->ureason), r->reason, r->reason_len);
+	q->u_retryable = false;
+	q->retry_reason[0] = '\0';
+	if (q->req == NULL)
+		return H1_CONTINUE;	/* n_data ends it */
+	out = evhttp_request_get_output_headers(q->req);
+	for (i = 0; i < r->nheaders; i++) {
+		const h1_header *h = &r->headers[i];
+		size_t nl = h->name_len, vl = h->value_len;
+
+		if (nl == 20 && strncasecmp(h->name, "x-stargate-retryable",
+		    20) == 0)
+			q->u_retryable = vl == 4 &&
+			    strncasecmp(h->value, "true", 4) == 0;
+		else if (nl == 23 && strncasecmp(h->name,
+		    "x-stargate-retry-reason", 23) == 0)
+			copy_trimmed(q->retry_reason, sizeof(q->retry_reason),
+			    h->value, vl);
+		if (response_forbidden(h->name, nl) ||
+		    nl + vl + 2 > q->p->hbufcap)
+			continue;
+		memcpy(buf, h->name, nl);
+		buf[nl] = '\0';
+		memcpy(buf + nl + 1, h->value, vl);
+		buf[nl + 1 + vl] = '\0';
+		evhttp_add_header(out, buf, buf + nl + 1);
+	}
+	headers_done(q);
+	return q->discard ? H1_DISCARD : H1_CONTINUE;
+}
+
+static void
+n_data(void *arg, const char *ptr, size_t len)
+{
+	preq *q = arg;
+	struct bufferevent *bev;
+
+	q->last_data_ms = mono_ms();
+	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL) {
+		h1_cancel(q->hx);	/* nowhere to send it */
+		q->hx = NULL;
+		attempt_over(q, false, false, "client gone");
+		return;
+	}
+	evbuffer_add(q->chunk, ptr, len);
+	evhttp_send_reply_chunk_with_cb(q->req, q->chunk, on_written, q);
+	bev = evhttp_connection_get_bufferevent(q->conn);
+	if (bev != NULL &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) > PROXY_HWM) {
+		q->paused = true;
+		h1_pause(q->hx);
+	}
+}
+
+static void
+n_done(void *arg, int err)
+{
+	preq *q = arg;
+
+	q->hx = NULL;			/* released by h1 */
+	attempt_over(q, err == H1_OK, !q->got_bytes &&
+	    (err == H1_ECONNREFUSED || err == H1_ECONNTIMEDOUT ||
+	    err == H1_ERESET), h1_strerror(err));
+}
+
+static const h1_cbs native_cbs = { n_headers, n_data, n_done };
+
+/* Start the attempt on the native client: 0, or -1 (out of memory). */
+static int
+native_start(preq *q, const pcl *cl, const unsigned char *body,
+    size_t blen)
+{
+	proxy *p = q->p;
+	const char *uri = evhttp_request_get_uri(q->req);
+	h1_upstream *u;
+	h1_req r;
+
+	if (native_headers(q) != 0)
+		return -1;
+	if ((u = native_upstream(p, cl)) == NULL) {
+		/* a name that does not resolve: a connect error */
+		attempt_over(q, false, true, "cannot resolve the cluster URL");
+		return 0;
+	}
+	memset(&r, 0, sizeof(r));
+	r.method = "POST";
+	r.prefix = h1_url_path(cl->def->url, &r.prefix_len);
+	r.target = uri;
+	r.target_len = strlen(uri);
+	r.hdrs = q->hblk;
+	r.hdrs_len = q->hblen;
+	r.body = body;
+	r.body_len = blen;
+	if ((q->hx = h1_start(p->h1, u, &r, &native_cbs, q)) == NULL)
+		return -1;
+	return 0;
 }
 
 void
@@ -713,6 +932,15 @@ forward_start(preq *q, const pcl *cl, size_t fidx)
 		otlp_span_int(&q->span, "proxy.queue.expected_ms",
 		    (int64_t)q->eq_ms);
 	otlp_span_int(&q->span, "proxy.replay_body_bytes", (int64_t)blen);
+	if (p->h1 != NULL) {
+		/* armed first: native_start may end the attempt at once */
+		ms_to_tv((double)p->conf->upstream_timeout_ms, &tv);
+		evtimer_add(q->timer, &tv);
+		metrics_replay(q, blen);
+		if (native_start(q, cl, bp, blen) != 0)
+			goto fail;
+		return;
+	}
 	if (need > q->urlcap) {
 		char *u = realloc(q->url, need);
 

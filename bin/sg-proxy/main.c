@@ -56,6 +56,7 @@ const char cli_synopsis[] =
     "        [--port-file FILE] [--max-body-bytes N] [--max-header-bytes N]\n"
     "        [--max-headers N] [--header-timeout-ms MS] [--body-timeout-ms MS]\n"
     "        [--connect-timeout-ms MS] [--upstream-timeout-ms MS]\n"
+    "        [--upstream-client native|curl]\n"
     "        [--max-retries N] [--ready-timeout-ms MS] [--drain-timeout-ms MS]\n"
     "        [--decision-log FILE] [--decision-log-sample F]\n"
     "        [--metrics-prefix P] [--pid-file FILE] [-n | --check]\n"
@@ -79,6 +80,8 @@ const char cli_help[] =
     "  --body-timeout-ms MS     client body read timeout (10000)\n"
     "  --connect-timeout-ms MS  upstream connect timeout (2000)\n"
     "  --upstream-timeout-ms MS upstream idle timeout (600000)\n"
+    "  --upstream-client C      native or curl: HTTP client of attempts\n"
+    "                           (native)\n"
     "  --max-retries N          retry budget per request (2)\n"
     "  --ready-timeout-ms MS    /readyz turns 200 by then at the latest (10000)\n"
     "  --drain-timeout-ms MS    SIGTERM drain bound (30000)\n"
@@ -106,6 +109,7 @@ enum {
 	OPT_BODYTIMEOUT,
 	OPT_CONNTIMEOUT,
 	OPT_UPTIMEOUT,
+	OPT_UPCLIENT,
 	OPT_RETRIES,
 	OPT_READY,
 	OPT_DRAIN,
@@ -132,6 +136,7 @@ static const struct option longopts[] = {
 	{ "body-timeout-ms",	required_argument,	NULL,	OPT_BODYTIMEOUT },
 	{ "connect-timeout-ms",	required_argument,	NULL,	OPT_CONNTIMEOUT },
 	{ "upstream-timeout-ms", required_argument,	NULL,	OPT_UPTIMEOUT },
+	{ "upstream-client",	required_argument,	NULL,	OPT_UPCLIENT },
 	{ "max-retries",	required_argument,	NULL,	OPT_RETRIES },
 	{ "ready-timeout-ms",	required_argument,	NULL,	OPT_READY },
 	{ "drain-timeout-ms",	required_argument,	NULL,	OPT_DRAIN },
@@ -308,6 +313,15 @@ parse_args(pconf *c, int argc, char **argv)
 			break;
 		case OPT_PIDFILE:
 			c->pid_file = optarg;
+			break;
+		case OPT_UPCLIENT:
+			if (strcmp(optarg, "native") == 0)
+				c->upstream_curl = false;
+			else if (strcmp(optarg, "curl") == 0)
+				c->upstream_curl = true;
+			else
+				cli_usage_error("--upstream-client: expected "
+				    "native or curl, got '%s'", optarg);
 			break;
 		case 'n':
 			c->check = true;

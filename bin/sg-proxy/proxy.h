@@ -10,7 +10,9 @@
  *   route.c     the routing loop (decide, timed waits, retries, finalise);
  *   forward.c   one upstream attempt: header filtering, response pass-
  *               through with backpressure, client disconnects;
- *   upstream.c  libcurl multi driven by the worker's libevent loop;
+ *   upstream.c  libcurl multi driven by the worker's libevent loop (stats
+ *               polls, and attempts with --upstream-client curl);
+ *   h1.c        the native HTTP/1.1 client of attempts (the default);
  *   stats.c     stats polling into the fleet, measured RTT, readiness;
  *   clusters.c  cluster-file generations (build, swap on SIGHUP);
  *   metrics.c   the stargate_* families and their label rules;
@@ -43,6 +45,7 @@
 #include "sg_vllm.h"
 
 #include "dlog.h"
+#include "h1.h"
 #include "otlp.h"
 
 #define PROXY_HWM		(256u << 10)	/* client output high-water mark */
@@ -77,6 +80,7 @@ typedef struct pconf {
 	double		 decision_log_sample;
 	const char	*metrics_prefix;
 	bool		 check;
+	bool		 upstream_curl;		/* --upstream-client curl */
 } pconf;
 
 /* --- cluster generations ------------------------------------------------------ */
@@ -133,6 +137,7 @@ struct cstate {
 	size_t		 blimit;
 	sg_series	*age;			/* stats age gauge */
 	sg_series	*errors;		/* poll failures counter */
+	h1_upstream	*h1up;			/* native client: address */
 };
 
 /* --- upstream transfers ------------------------------------------------------- */
@@ -191,6 +196,9 @@ struct preq {
 	size_t			 fidx;
 	uint64_t		 resv;
 	xfer			*x;
+	h1_xfer			*hx;		/* native client transfer */
+	char			*hblk;		/* native: header block */
+	size_t			 hblen, hbcap;
 	struct curl_slist	*hdrs;
 	char			*url;
 	size_t			 urlcap;
@@ -261,6 +269,7 @@ struct proxy {
 	CURLM			*multi;
 	struct event		*curl_timer;
 	xfer			*free_xfers;
+	h1_pool			*h1;		/* NULL: attempts use curl */
 	/* clusters */
 	sg_fleet		*fleet;
 	cgen			*gen;
@@ -344,6 +353,9 @@ void	forward_idle_check(preq *q);
 /* Watch the client socket for EOF while the request is being served. */
 void	forward_watch_client(preq *q);
 void	forward_start(preq *q, const pcl *cl, size_t fidx);
+/* Native client: resolve the upstream addresses of the current clusters
+ * (at start and after a reload, never per request). */
+void	forward_prepare(proxy *p);
 void	forward_cancel(preq *q);		/* stop the attempt, release */
 void	forward_close_client(struct evhttp_connection *c, void *arg);
 /* Precomputed forbidden-header check (request and response lists). */

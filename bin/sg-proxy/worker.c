@@ -126,6 +126,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	(void)what;
 	if (sig == SIGHUP) {
 		gen_reload(p);
+		forward_prepare(p);
 		memset(&err, 0, sizeof(err));
 		if (p->dlog != NULL && dlog_reopen(p->dlog, &err) != 0)
 			log_simple(p, SG_LOG_ERROR,
@@ -212,6 +213,23 @@ setup_extras(proxy *p)
 	return 0;
 }
 
+/* The native upstream client (unless --upstream-client curl). */
+static int
+setup_h1(proxy *p)
+{
+	h1_limits lim;
+
+	if (p->conf->upstream_curl)
+		return 0;
+	h1_limits_default(&lim);
+	lim.connect_timeout_ms = p->conf->connect_timeout_ms;
+	lim.max_idle = 256;
+	if ((p->h1 = h1_pool_new(p->base, &lim)) == NULL)
+		return EX_OSERR;
+	forward_prepare(p);
+	return 0;
+}
+
 /* Cancel every request still in flight (shutdown). */
 static void
 cancel_all(proxy *p)
@@ -245,6 +263,7 @@ free_pool(proxy *p)
 			evbuffer_free(q->chunk);
 		free(q->excl);
 		free(q->url);
+		free(q->hblk);
 		free(q);
 	}
 }
@@ -267,7 +286,8 @@ worker_run(proxy *p)
 	    131072 ? p->conf->max_header_bytes : 131072) + 64)) == NULL ||
 	    (p->view = sg_snapshot_new()) == NULL)
 		goto out;
-	if ((rc = upstream_init(p)) != 0 || (rc = setup_http(p)) != 0 ||
+	if ((rc = upstream_init(p)) != 0 || (rc = setup_h1(p)) != 0 ||
+	    (rc = setup_http(p)) != 0 ||
 	    (rc = setup_extras(p)) != 0 || (rc = stats_init(p)) != 0)
 		goto out;
 	rc = EX_OSERR;
@@ -292,6 +312,8 @@ out:
 		fprintf(stderr, "sg-proxy: worker %d: cannot start: %s\n",
 		    p->worker_no, strerror(errno));
 	cancel_all(p);
+	h1_pool_free(p->h1);
+	p->h1 = NULL;
 	if (p->http != NULL)
 		evhttp_free(p->http);
 	p->http = NULL;
