@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "sg_request.h"
+#include "sg_gateway.h"
 
 /* --- owned storage -------------------------------------------------------- */
 
@@ -454,23 +455,9 @@ is_tchar(unsigned char c)
 
 /*
  * A header value "decodes" when it is well-formed UTF-8 without control
- * characters other than HTAB.  (The reference decodes visible ASCII; we also
- * let UTF-8 through, since a value that is valid text is never what the
- * undecodable rule is about.)
+ * characters other than HTAB: sg_header_value_decodable(), the one rule
+ * that the gateway, sg-classify and this parser share.
  */
-static bool
-decodable(const char *s, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if ((c < 0x20 && c != '\t') || c == 0x7f)
-			return false;
-	}
-	return sg_utf8_valid(s, len);
-}
 
 struct hval {
 	bool		 present;
@@ -487,7 +474,7 @@ opt_string(sg_request *r, const struct hval *h, const char **out,
 	size_t len = h->len;
 
 	*out = NULL;
-	if (!h->present || !decodable(s, len))
+	if (!h->present || !sg_header_value_decodable(s, len))
 		return 0;
 	sg_trim(&s, &len);
 	if (len == 0)
@@ -509,7 +496,7 @@ numeric(const struct hval *h, int which, uint64_t max, bool *has,
 	*has = false;
 	if (!h->present)
 		return 0;
-	if (!decodable(s, len))
+	if (!sg_header_value_decodable(s, len))
 		return sg_seterr_http(err, SG_EREQUEST, 400, NULL,
 		    "%s: not a valid header value", hdr_names[which]);
 	sg_trim(&s, &len);
@@ -539,7 +526,7 @@ elapsed(const struct hval *h, double *out, sg_error *err)
 
 	if (!h->present)
 		return 0;
-	if (decodable(s, len))
+	if (sg_header_value_decodable(s, len))
 		sg_trim(&s, &len);
 	for (i = 0; i < len; i++) {
 		if (s[i] == '.')
@@ -569,7 +556,7 @@ excluded_header(sg_request *r, const char *s, size_t len, sg_error *err)
 	size_t i = 0;
 	int rc;
 
-	if (!decodable(s, len))
+	if (!sg_header_value_decodable(s, len))
 		return 0;	/* optional-string rule: absent */
 	while (i <= len) {
 		size_t j = i;
@@ -656,7 +643,7 @@ routing_method(sg_request *r, const struct hval *h, sg_error *err)
 {
 	if (!h->present)
 		return 0;
-	if (decodable(h->s, h->len))
+	if (sg_header_value_decodable(h->s, h->len))
 		r->routing_method = store_str(r, h->s, h->len);
 	else {
 		r->routing_method_invalid = true;
