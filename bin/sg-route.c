@@ -404,8 +404,11 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 	sg_snapshot *tmp;
 	int rc = 0, lrc;
 
+	/* "decision" and "context" (an sg-proxy decision log record) are
+	 * read past: the log replays as it is. */
 	json_object_foreach(rec, key, val) {
-		if (strcmp(key, "snapshot") != 0 && strcmp(key, "request") != 0) {
+		if (strcmp(key, "snapshot") != 0 && strcmp(key, "request") != 0 &&
+		    strcmp(key, "decision") != 0 && strcmp(key, "context") != 0) {
 			pre_msg(r);
 			cli_complain(source, line, "%s: unknown field "
 			    "(expected \"snapshot\" or \"request\")", key);

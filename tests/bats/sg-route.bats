@@ -743,3 +743,15 @@ mixed_stream() {
 	[[ ${lines[1]} == *"<stdin>:3: "* ]]
 	[ "${lines[2]:0:18}" = '{"request_id":"b",' ]
 }
+
+@test "--ndjson reads an sg-proxy decision-log record as it is: decision and context are read past" {
+	local snap req out
+	snap=$(jq -c . "$F/abc-free.json")
+	req='{"request_id":"r-1","model":"m","input_tokens":10}'
+	out=$(printf '{"snapshot":%s,"request":%s}\n' "$snap" "$req" | "$ROUTE" --ndjson)
+	run -0 --separate-stderr "$ROUTE" --ndjson <<<"{\"snapshot\":$snap,\"request\":$req,\"decision\":$out,\"context\":{\"pid\":1,\"seq\":0}}"
+	[ "$output" = "$out" ]
+	[ -z "$stderr" ]
+	run -65 --separate-stderr "$ROUTE" --ndjson <<<"{\"snapshot\":$snap,\"request\":$req,\"decisions\":1}"
+	[[ $stderr == *"decisions: unknown field"* ]]
+}
