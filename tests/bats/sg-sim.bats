@@ -412,6 +412,17 @@ large() {
 	return 1
 }
 
+@test "determinism: two runs of every bundled scenario and of the example trace print identical bytes" {
+	local f
+	for f in "$SCEN"/*.json "$TRACES/replay.json"; do
+		if large "$f" && [ -z "${SG_SIM_LARGE:-}" ]; then continue; fi
+		"$SIM" -j 2 --svg "$T/a.svg" --json "$f" >"$T/a"
+		"$SIM" -j 2 --svg "$T/b.svg" --json "$f" >"$T/b"
+		cmp "$T/a" "$T/b"
+		cmp "$T/a.svg" "$T/b.svg"
+	done
+}
+
 @test "-h prints usage on stdout and exits 0, like --help" {
 	run -0 --separate-stderr "$SIM" -h
 	[[ $output == usage:* ]]
