@@ -35,7 +35,12 @@ struct sg_request_store {
 	size_t		 excl_cap;
 };
 
-#define CHUNK_MIN	1024
+/*
+ * First chunk of a request's strings.  Kept under glibc's large-bin
+ * threshold (1 KiB chunks): a larger malloc consolidates the fast bins
+ * first, which cost the proxy some 4000 instructions per request.
+ */
+#define CHUNK_MIN	960
 
 static void
 store_free(struct sg_request_store *st)
