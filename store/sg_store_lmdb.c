@@ -1478,16 +1478,52 @@ do_compact(struct lstore *s, sg_store_compact_result *r, sg_error *err)
 
 /* --- the backend operations ---------------------------------------------- */
 
+/*
+ * The end of both lookups: read k in txn (taken under the read lock), end
+ * the transaction and the lock, and queue an expired entry's deletion
+ * (nowait: only if the queue's lock is free).
+ */
+static int
+read_entry(struct lstore *s, MDB_txn *txn, const sgi_lckey *k, uint64_t now,
+    bool nowait, sg_store_entry *out, sg_error *err)
+{
+	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
+	uint64_t t = 0, seq;
+	const char *id;
+	size_t id_len;
+	bool hit = false;
+	int rc;
+
+	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
+		hit = true;
+		entry_fill(out, k->text, k->digest, t, id, id_len, now);
+	}
+	rtxn_put(s, txn);
+	pthread_rwlock_unlock(&s->rw);
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return lerr(err, rc, "lookup");
+	if (!hit)
+		return SG_ENOTFOUND;
+	if (is_expired(s, t, now)) {
+		struct op op;
+
+		op.kind = OP_EXPIRE;
+		op.t = t;
+		op.id_len = 0;
+		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
+		(void)enqueue(s, &op, nowait, NULL, NULL);	/* best effort */
+		return SG_ENOTFOUND;
+	}
+	return 0;
+}
+
 static int
 lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 {
 	struct lstore *s = be;
-	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
 	MDB_txn *txn;
-	uint64_t now, t = 0, seq;
-	const char *id;
-	size_t id_len;
-	bool hit = false;
+	uint64_t now;
 	int rc, tries;
 
 	now = sgi_store_now(&s->o);
@@ -1511,28 +1547,7 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 		}
 		break;
 	}
-	rc = mdb_get(txn, s->dbi_main, &key, &val);
-	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
-		hit = true;
-		entry_fill(out, k->text, k->digest, t, id, id_len, now);
-	}
-	rtxn_put(s, txn);
-	pthread_rwlock_unlock(&s->rw);
-	if (rc != 0 && rc != MDB_NOTFOUND)
-		return lerr(err, rc, "lookup");
-	if (!hit)
-		return SG_ENOTFOUND;
-	if (is_expired(s, t, now)) {
-		struct op op;
-
-		op.kind = OP_EXPIRE;
-		op.t = t;
-		op.id_len = 0;
-		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
-		(void)enqueue(s, &op, false, NULL, NULL);	/* best effort */
-		return SG_ENOTFOUND;
-	}
-	return 0;
+	return read_entry(s, txn, k, now, false, out, err);
 }
 
 /* Ask the store thread for maintenance without waiting for its mutex: an
@@ -1578,12 +1593,8 @@ lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
     sg_error *err)
 {
 	struct lstore *s = be;
-	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
 	MDB_txn *txn;
-	uint64_t now, t = 0, seq;
-	const char *id;
-	size_t id_len;
-	bool hit = false;
+	uint64_t now;
 	int rc, tries;
 
 	now = sgi_store_now(&s->o);
@@ -1607,28 +1618,7 @@ lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
 		}
 		break;
 	}
-	rc = mdb_get(txn, s->dbi_main, &key, &val);
-	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
-		hit = true;
-		entry_fill(out, k->text, k->digest, t, id, id_len, now);
-	}
-	rtxn_put(s, txn);
-	pthread_rwlock_unlock(&s->rw);
-	if (rc != 0 && rc != MDB_NOTFOUND)
-		return lerr(err, rc, "lookup");
-	if (!hit)
-		return SG_ENOTFOUND;
-	if (is_expired(s, t, now)) {
-		struct op op;
-
-		op.kind = OP_EXPIRE;
-		op.t = t;
-		op.id_len = 0;
-		memcpy(op.digest, k->digest, SGI_DIGEST_LEN);
-		(void)enqueue(s, &op, true, NULL, NULL);	/* best effort */
-		return SG_ENOTFOUND;
-	}
-	return 0;
+	return read_entry(s, txn, k, now, true, out, err);
 }
 
 static int
