@@ -321,6 +321,14 @@ sg_store_mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+bool
+sg_store_connected(sg_store *s)
+{
+	if (s->ops->connected == NULL)
+		return true;
+	return s->ops->connected(s->be);
+}
+
 static void
 req_done(sg_store_lookup_req *req, int rc)
 {

@@ -125,6 +125,15 @@ typedef struct sg_store_opts {
 	sg_store_commit_fn *on_commit;	/* NULL: none; runs on the store thread */
 	void		*commit_arg;
 	bool		 events;	/* keep commit records for sg_store_drain() */
+	/*
+	 * A struct event_base * (libevent) or NULL.  NULL: LMDB as ever; a
+	 * networked backend (Redis) then uses blocking calls with timeouts,
+	 * for tools.  Set: a networked backend runs its asynchronous
+	 * connections, timers and reconnects on that loop and never blocks;
+	 * every call on the handle must then come from the loop's thread, and
+	 * the loop must outlive the handle.  LMDB ignores it.
+	 */
+	void		*event_base;
 } sg_store_opts;
 
 /* Fill o with the defaults above (path SG_STORE_DEFAULT_PATH, create false). */
@@ -205,6 +214,15 @@ int	sg_store_del(sg_store *s, const char *key, size_t key_len, sg_error *err);
 int	sg_store_flush(sg_store *s, sg_error *err);
 
 /* --- from an event loop ------------------------------------------------- */
+
+/*
+ * True while the backend can answer: LMDB always; Redis while the
+ * connection to the primary (Sentinel: the primary the sentinels named;
+ * Cluster: at least one node, with a slot map) is up.  Cheap (a field
+ * read), never blocks; for a gauge and for skipping lookups that would
+ * only time out.
+ */
+bool	sg_store_connected(sg_store *s);
 
 /* CLOCK_MONOTONIC in nanoseconds: the clock of lookup deadlines. */
 uint64_t sg_store_mono_ns(void);

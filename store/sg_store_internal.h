@@ -39,6 +39,8 @@ struct sgi_store_ops {
 	int	(*compact)(void *be, sg_store_compact_result *r, sg_error *err);
 	void	(*close)(void *be);
 	void	(*set_hook)(void *be, const struct sgi_store_hook *h);
+	/* NULL: always connected (LMDB). */
+	bool	(*connected)(void *be);
 };
 
 /* Parse "lc:v1:" + 64 lowercase hex.  Returns 0 or SG_EINVAL. */

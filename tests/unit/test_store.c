@@ -78,6 +78,16 @@ test_opts_init_has_documented_defaults(void **state)
 	assert_int_equal(o.max_readers, 126);
 	assert_null(o.clock);
 	assert_null(o.on_commit);
+	assert_null(o.event_base);
+}
+
+static void
+test_lmdb_store_is_always_connected(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(sg_store_open(&f->s, &f->o, NULL), 0);
+	assert_true(sg_store_connected(f->s));
 }
 
 static void
@@ -247,6 +257,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_opts_init_has_documented_defaults),
 		T(test_bad_options_are_config_errors),
+		T(test_lmdb_store_is_always_connected),
 		T(test_invalid_cluster_ids_are_refused_before_queueing),
 		T(test_bad_keys_are_refused),
 		cmocka_unit_test(test_key_codec_round_trips),
