@@ -21,6 +21,13 @@ PKG_CONFIG ?= pkg-config
 
 DEPS      = jansson libsodium lmdb libxxhash libevent libcurl hiredis
 TESTDEPS  = cmocka
+# stargate.pc: what libstargate itself links (readelf -d build/libstargate.so).
+# Requires: the public headers use json_t; Requires.private: the rest.
+PC_REQUIRES         = jansson
+PC_REQUIRES_PRIVATE = libsodium lmdb libxxhash
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+         -e 's|@REQUIRES@|$(PC_REQUIRES)|' \
+         -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES_PRIVATE)|'
 # Debian packages that provide the above (installed by `make deps`).
 DEB_PKGS  = build-essential pkg-config libjansson-dev libsodium-dev liblmdb-dev \
             lmdb-utils libxxhash-dev libevent-dev libcurl4-openssl-dev \
@@ -114,8 +121,7 @@ $(O)/libstargate.so: $(LIBOBJ)
 	$(CC) -shared -Wl,-soname,libstargate.so.0 $(SG_LDFLAGS) -o $@ $(LIBOBJ) $(DEPLIBS)
 
 $(O)/stargate.pc: stargate.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
-	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $@
+	sed $(PC_SED) stargate.pc.in > $@
 
 # --- programs and tools ---------------------------------------------------
 $(PROGS): $(O)/bin/%: $(O)/bin/%.o $(PROGCOMMONOBJ) $(O)/libstargate.a
@@ -178,8 +184,7 @@ install: build
 	install -m 755 $(O)/libstargate.so $(DESTDIR)$(LIBDIR)/libstargate.so.$(VERSION)
 	ln -sf libstargate.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libstargate.so.0
 	ln -sf libstargate.so.0 $(DESTDIR)$(LIBDIR)/libstargate.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
-	    -e 's|@DEPS@|$(DEPS)|' stargate.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
+	sed $(PC_SED) stargate.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
 	install -m 644 $(PUBHDR) $(DESTDIR)$(INCDIR)/
 	for m in $(MANPAGES); do s=$${m##*.}; \
 	  sed 's/^\.Os.*/.Os Stargate $(VERSION)/' $$m > $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
