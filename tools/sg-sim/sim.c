@@ -116,7 +116,7 @@ typedef struct sim {
 	const sim_row	*row;
 	sg_router	*rt;
 	sg_fleet	*fleet;		/* published stats + reservations */
-	sg_snapshot	*snap;		/* the fleet's view, per decision */
+	sg_snapshot	*snap[SIM_MAX_CLASSES];	/* per model: the fleet's view */
 	size_t		*cand[SIM_MAX_CLASSES];	/* per model: candidates */
 	size_t		 ncand[SIM_MAX_CLASSES];
 	size_t		*view_idx;	/* fleet index of view cluster k */
@@ -779,13 +779,13 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	r->q.priority = sc->sessions.priority;
 	r->q.has_max_wait = sc->has_max_wait;
 	r->q.max_wait_ms = sc->max_wait_ms;
-	if ((rc = sg_fleet_view(s->fleet, s->cand[m], s->ncand[m], t, s->snap,
-	    s->view_idx, &e)) != 0) {
+	if ((rc = sg_fleet_view(s->fleet, s->cand[m], s->ncand[m], t,
+	    s->snap[m], s->view_idx, &e)) != 0) {
 		s->fail = rc;
 		return sg_seterr(s->err, rc, "row %s: %s", s->row->name,
 		    e.text);
 	}
-	rc = sg_router_decide(s->rt, s->snap, &r->q, t - r->arrive, d, &e);
+	rc = sg_router_decide(s->rt, s->snap[m], &r->q, t - r->arrive, d, &e);
 	r->q.excluded = NULL;
 	if (rc != 0) {
 		s->fail = SG_EINVAL;
@@ -1168,10 +1168,11 @@ sim_free(sim *s)
 	free(s->rq);
 	free(s->ttft);
 	sg_router_free(s->rt);
-	sg_snapshot_free(s->snap);
 	sg_fleet_free(s->fleet);
-	for (i = 0; i < SIM_MAX_CLASSES; i++)
+	for (i = 0; i < SIM_MAX_CLASSES; i++) {
 		free(s->cand[i]);
+		sg_snapshot_free(s->snap[i]);
+	}
 	free(s->view_idx);
 	free(s->drained);
 	free(s->oc);
@@ -1190,11 +1191,11 @@ setup_alloc(sim *s)
 	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
 	    (s->view_idx = calloc(s->nc, sizeof(*s->view_idx))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
-	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
-	    (s->snap = sg_snapshot_new()) == NULL)
+	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
-		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
+		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL ||
+		    (s->snap[i] = sg_snapshot_new()) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < 2 * s->tleaves; i++)
 		s->tree[i] = NONE;
