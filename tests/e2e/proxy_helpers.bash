@@ -392,3 +392,146 @@ rank1() {
 	done
 	echo "$out"
 }
+
+# --- gateway role (tests/e2e/gateway-*.bats, openai.bats) --------------------
+# The gateway suites put sg-proxy --role gateway in front of an upstream
+# router: the recording tests/fixtures/gateway/fake_router.py (to see what
+# the gateway sent and to script the router's answer) or a real
+# sg-proxy --role router over sg-mockengines.  Clients send the public model
+# id <routing_key>/<model>; STORE is the LMDB last-cluster store directory.
+
+# start_fake_router [fake_router.py options]: sets ROUTER_URL.
+start_fake_router() {
+	rm -f "$T/router.port"
+	"$PY" "$TOP/tests/fixtures/gateway/fake_router.py" \
+	    --port-file "$T/router.port" "$@" \
+	    >"$T/router.out" 2>"$T/router.err" 3>&- &
+	PIDS+=("$!")
+	wait_file "$T/router.port" || { cat "$T/router.err"; return 1; }
+	ROUTER_URL=http://127.0.0.1:$(cat "$T/router.port")
+}
+# rctl PATH [BODY]: POST to a fake-router control.
+rctl() {
+	curl -sS --max-time 5 -H 'content-type: application/json' \
+	    --data-binary "${2:-{\}}" "$ROUTER_URL$1"
+}
+rmode() { rctl /control/mode "$1" >/dev/null; }
+rscript() { rctl /control/script "$1" >/dev/null; }
+rreset() { rctl /control/reset >/dev/null; }
+# rreqs: the routed requests the fake router recorded (JSON).
+rreqs() { curl -sS --max-time 5 "$ROUTER_URL/control/requests"; }
+rcount() { rreqs | jq '.requests | length'; }
+# rhdr N NAME: the values (comma-joined) of header NAME on the Nth routed
+# request (1-based; -1 the last); empty when absent.
+rhdr() {
+	rreqs | jq -r --argjson n "$1" --arg h "${2,,}" '
+	    .requests[if $n < 0 then $n else $n - 1 end].headers[$h] // []
+	    | join(",")'
+}
+# rhas N NAME: the Nth routed request carried header NAME.
+rhas() {
+	rreqs | jq -e --argjson n "$1" --arg h "${2,,}" '
+	    .requests[if $n < 0 then $n else $n - 1 end].headers | has($h)' \
+	    >/dev/null
+}
+
+# start_role TAG ROLE [sg-proxy options]: sg-proxy --role ROLE on a free
+# port, output in $T/TAG.out and $T/TAG.err (TAG starts with "proxy" so
+# teardown checks it), waits for /readyz 200.  Sets ROLE_PID, ROLE_URL.
+start_role() {
+	local tag=$1 role=$2 i code=
+	shift 2
+	rm -f "$T/$tag.port"
+	"$PROXY" --role "$role" --listen 127.0.0.1:0 --port-file "$T/$tag.port" \
+	    "$@" >"$T/$tag.out" 2>"$T/$tag.err" 3>&- &
+	ROLE_PID=$!
+	PIDS+=("$!")
+	for i in $(seq 1 100); do
+		[ -s "$T/$tag.port" ] && break
+		alive "$ROLE_PID" || break
+		sleep 0.1
+	done
+	if [ ! -s "$T/$tag.port" ]; then
+		echo "sg-proxy --role $role did not write its port file; stderr:"
+		cat "$T/$tag.err"
+		return 1
+	fi
+	ROLE_URL=http://127.0.0.1:$(cat "$T/$tag.port")
+	for i in $(seq 1 100); do
+		code=$(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$ROLE_URL/readyz") || true
+		[ "$code" = 200 ] && return 0
+		sleep 0.1
+	done
+	echo "sg-proxy --role $role never became ready (last /readyz: $code); stderr:"
+	cat "$T/$tag.err"
+	return 1
+}
+
+# start_gateway [options]: --role gateway in front of $ROUTER_URL; sets
+# GW_PID and GW_URL (GW_TAG names the output files, default proxy-gw).
+start_gateway() {
+	start_role "${GW_TAG:-proxy-gw}" gateway --router-url "$ROUTER_URL" "$@" ||
+	    return 1
+	GW_PID=$ROLE_PID
+	GW_URL=$ROLE_URL
+}
+# cbody MODEL [JQ-OBJECT]: a chat body for the public model id MODEL with
+# the object's members merged in.
+cbody() {
+	jq -nc --arg m "$1" --argjson x "${2:-{\}}" \
+	    '{model: $m, messages: [{role: "user", content: "hello there"}]} + $x'
+}
+# rbody MODEL [JQ-OBJECT]: a Responses API body.
+rbody() {
+	jq -nc --arg m "$1" --argjson x "${2:-{\}}" \
+	    '{model: $m, input: "hello there"} + $x'
+}
+
+# creq BODY [curl options]: a client's POST of BODY to
+# $GW_URL${CPATH:-/v1/chat/completions}.  Sets STATUS (000 when curl
+# failed), BODY, MS; the response headers are in $T/h (hdr NAME).
+creq() {
+	local b=$1 t0 t1 rc=0
+	shift
+	: >"$T/h"
+	t0=${EPOCHREALTIME/./}
+	BODY=$(curl -sS --max-time "${REQ_MAX_TIME:-20}" -D "$T/h" \
+	    -H 'content-type: application/json' "$@" --data-binary "$b" \
+	    "${GW_URL}${CPATH:-/v1/chat/completions}" 2>"$T/curl.err") || rc=$?
+	t1=${EPOCHREALTIME/./}
+	MS=$(((t1 - t0) / 1000))
+	STATUS=$(tr -d '\r' <"$T/h" | grep -E '^HTTP/' | tail -1 | awk '{print $2}')
+	STATUS=${STATUS:-000}
+	return "$rc"
+}
+
+# Store inspection with the real tools.
+# lc_key BODY [sg-classify options]: the store key of a request body.
+lc_key() {
+	local b=$1
+	shift
+	printf '%s' "$b" | "$BIN/sg-classify" "$@" - | jq -r '.store_key // empty'
+}
+# lc_get KEY: the stored cluster id (empty on a miss or without a store).
+lc_get() {
+	"$BIN/sg-lastcluster" -d "$STORE" get "$1" 2>/dev/null || true
+}
+# lc_wait KEY VALUE: wait (bounded, 5 s) until the store maps KEY to VALUE.
+lc_wait() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(lc_get "$1")" = "$2" ] && return 0
+		sleep 0.05
+	done
+	echo "store: $1 is '$(lc_get "$1")', not '$2'"
+	return 1
+}
+# lc_dump: the store's entries, sorted (empty without a store).
+lc_dump() {
+	[ -e "$STORE/data.mdb" ] || return 0
+	"$BIN/sg-lastcluster" -d "$STORE" dump | sort
+}
+# gmsum NAME [LABEL...]: msum over the gateway's /metrics.
+gmsum() {
+	METRICS=$(curl -sS --max-time 5 "$GW_URL/metrics") msum "$@"
+}
