@@ -7,6 +7,12 @@
  * create a store: a missing one exits 66.  Write commands (put, load)
  * create the directory; failing that exits 73.  Data goes to stdout (one
  * value per line, JSON compact), people's messages to stderr.
+ *
+ * -d also takes a Redis URL (redis://, redis+sentinel://, redis+cluster://):
+ * the same commands with the same output, through blocking connections
+ * with timeouts; an unreachable Redis exits 69.  stats prints Redis's own
+ * figures, compact explains that Redis expires entries itself and exits 0,
+ * and a password never reaches the output (sg_store_path_redact).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -50,7 +56,7 @@ static const struct option longopts[] = {
 
 /* The whole text, for -h and for bad usage alike. */
 const char cli_synopsis[] =
-    "[-h] [-d dir] [--ttl dur] [--max-entries n]\n"
+    "[-h] [-d dir|url] [--ttl dur] [--max-entries n]\n"
     "           [--map-size bytes] [--max-readers n] [--sync]\n"
     "           command [arg ...]\n"
     "commands:\n"
@@ -64,7 +70,8 @@ const char cli_synopsis[] =
     "  dump\n"
     "  load [--progress]\n"
     "options (defaults):\n"
-    "  -d, --dir dir        store directory ($STARGATE_LAST_CLUSTER_STORE,\n"
+    "  -d, --dir dir|url    store directory or redis://, redis+sentinel://,\n"
+    "                       redis+cluster:// URL ($STARGATE_LAST_CLUSTER_STORE,\n"
     "                       else " SG_STORE_DEFAULT_PATH ")\n"
     "  --ttl dur            entry TTL ($STARGATE_LAST_CLUSTER_TTL, else 10m)\n"
     "  --max-entries n      capacity "
@@ -83,17 +90,21 @@ enum phase { PH_RUN, PH_OPEN_READ, PH_OPEN_CREATE };
 static int
 exit_for(int rc, enum phase ph)
 {
-	if (ph != PH_RUN) {
+	/* A full disk is an I/O error whatever the phase. */
+	if (ph != PH_RUN && rc != ENOSPC && rc != EDQUOT) {
 		switch (rc) {
 		case ENOENT: case ENOTDIR: case EACCES: case EPERM:
 		case EROFS: case EISDIR: case ELOOP: case ENAMETOOLONG:
-		case EEXIST: case ENOSPC: case EDQUOT:
+		case EEXIST:
 			return ph == PH_OPEN_READ ? EX_NOINPUT : EX_CANTCREAT;
 		default:
 			break;
 		}
 	}
 	switch (rc) {
+	case ECONNREFUSED: case ECONNRESET: case ETIMEDOUT: case ENOTCONN:
+	case EHOSTUNREACH: case ENETUNREACH: case EHOSTDOWN:
+				return EX_UNAVAILABLE;	/* Redis */
 	case 0:			return EX_OK;
 	case SG_EINVAL:		return EX_DATAERR;
 	case SG_ECONFIG:	return EX_USAGE;
@@ -178,6 +189,7 @@ struct ctx {
 	sg_store_opts	 o;
 	sg_store	*s;
 	sg_error	 e;
+	bool		 redis;		/* the store is a Redis URL */
 };
 
 static int
@@ -377,6 +389,26 @@ cmd_list(struct ctx *c, int argc, bool dump)
 	return cli_finish(EX_OK);
 }
 
+/* Redis's figures: no map, file or readers; memory and nodes instead. */
+static json_t *
+redis_stats(const struct ctx *c, const sg_store_stats *s)
+{
+	char url[SG_LCCONF_STORE_MAX];
+
+	sg_store_path_redact(url, sizeof(url), c->o.path);
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I}",
+	    "backend", s->backend,
+	    "path", url,
+	    "entries", (json_int_t)s->entries,
+	    "expired", (json_int_t)s->expired,
+	    "oldest_age_ms", (json_int_t)s->oldest_age_ms,
+	    "ttl_ms", (json_int_t)s->ttl_ms,
+	    "used_memory", (json_int_t)s->mem_used,
+	    "maxmemory", (json_int_t)s->mem_max,
+	    "maxmemory_policy", s->mem_policy,
+	    "nodes", (json_int_t)s->nodes);
+}
+
 static int
 cmd_stats(struct ctx *c, int argc)
 {
@@ -390,6 +422,8 @@ cmd_stats(struct ctx *c, int argc)
 		return st;
 	if ((rc = sg_store_stats_get(c->s, &s, &c->e)) != 0)
 		return fail(rc, PH_RUN, &c->e, "stats");
+	if (strcmp(s.backend, "redis") == 0)
+		return cli_finish(emit(redis_stats(c, &s), false));
 	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
 	    "s:I, s:I, s:I, s:I, s:I, s:I}",
 	    "backend", s.backend,
@@ -420,6 +454,12 @@ cmd_compact(struct ctx *c, int argc)
 
 	if (argc != 1)
 		cli_usage(EX_USAGE);
+	if (c->redis) {
+		cli_complain(NULL, 0, "nothing to compact: Redis expires "
+		    "entries itself (SET ... PX) and bounds its memory "
+		    "(maxmemory-policy allkeys-lru)");
+		return EX_OK;
+	}
 	if ((st = open_store(c, false)) != EX_OK)
 		return st;
 	if ((rc = sg_store_compact(c->s, &r, &c->e)) != 0)
@@ -668,6 +708,7 @@ main(int argc, char *argv[])
 	if (argc < 1)
 		cli_usage(EX_USAGE);
 	sg_lcconf_store_opts(&lc, &c.o);	/* lc lives to the end of main */
+	c.redis = lc.backend == SG_LC_BACKEND_REDIS;
 	cmd = argv[0];
 	if (strcmp(cmd, "key") == 0)
 		status = cmd_key(argc, argv);

@@ -23,8 +23,9 @@
  * Values are trimmed of white space; an unset or blank variable keeps the
  * default.  A TTL below a millisecond rounds up to 1 ms (the store counts
  * milliseconds); the lookup timeout keeps nanoseconds.  A redis:// (or
- * rediss://, redis+sentinel://, redis+cluster://) value is accepted here
- * and refused by sg_store_open() until a Redis backend is built in.
+ * rediss://, redis+sentinel://, redis+cluster://) value selects the Redis
+ * backend; sg_store_open() checks the URL itself (and refuses rediss://:
+ * TLS is not built in).
  */
 #ifndef SG_LCCONF_H
 #define SG_LCCONF_H

@@ -1,8 +1,8 @@
 /*
  * sg_store.c — the last-cluster store's front: option defaults and checks,
  * key parsing, cluster id validation, and dispatch to a backend through
- * struct sgi_store_ops.  Backends (sg_store_lmdb.c, a future Redis one)
- * never see a malformed key or id.
+ * struct sgi_store_ops.  Backends (sg_store_lmdb.c; sg_store_redis*.c for
+ * "redis://" and its siblings) never see a malformed key or id.
  *
  * The event-loop side lives here too, the same for every backend:
  *   - commit records: the front puts its own on_commit in front of the
@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "sg_store_internal.h"
+#include "sg_store_redis.h"
 
 struct sg_store {
 	const struct sgi_store_ops	*ops;
@@ -203,10 +204,6 @@ sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err)
 		    "map size must be > 0 and <= the maximum map size");
 	if (o->max_readers == 0)
 		return sg_seterr(err, SG_ECONFIG, "max readers must be > 0");
-	if (strncmp(o->path, "redis://", 8) == 0 ||
-	    strncmp(o->path, "rediss://", 9) == 0)
-		return sg_seterr(err, SG_ECONFIG,
-		    "the Redis backend is not built into this library");
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return sg_seterr(err, SG_ENOMEM, "out of memory");
 	s->o = *o;
@@ -226,7 +223,13 @@ sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err)
 		bo.on_commit = front_commit;
 		bo.commit_arg = s;
 	}
-	if ((rc = sgi_store_lmdb_open(&s->be, &s->ops, &bo, err)) != 0) {
+	if (sgr_is_url(o->path) && o->event_base != NULL)
+		rc = sgi_store_redis_async_open(&s->be, &s->ops, &bo, s, err);
+	else if (sgr_is_url(o->path))
+		rc = sgi_store_redis_open(&s->be, &s->ops, &bo, err);
+	else
+		rc = sgi_store_lmdb_open(&s->be, &s->ops, &bo, err);
+	if (rc != 0) {
 		store_free(s);
 		return rc;
 	}
@@ -357,10 +360,45 @@ sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
 		req_done(req, ETIMEDOUT);
 		return 0;
 	}
-	/* Every backend built in answers without waiting. */
+	if (s->ops->lookup_start != NULL) {
+		req->pending = true;
+		if (s->ops->lookup_start(s->be, &k, req) != EINPROGRESS) {
+			req_done(req, req->rc);
+			return 0;
+		}
+		req->prev = NULL;
+		req->next = s->pending;
+		if (s->pending != NULL)
+			s->pending->prev = req;
+		s->pending = req;
+		return EINPROGRESS;
+	}
 	rc = s->ops->lookup_nowait(s->be, &k, &req->entry, &req->err);
 	req_done(req, rc);
 	return 0;
+}
+
+static void
+unlink_pending(sg_store *s, sg_store_lookup_req *req)
+{
+	if (req->prev != NULL)
+		req->prev->next = req->next;
+	else
+		s->pending = req->next;
+	if (req->next != NULL)
+		req->next->prev = req->prev;
+}
+
+void
+sgi_store_lookup_finish(sg_store *s, sg_store_lookup_req *req, int rc)
+{
+	if (!req->pending)
+		return;
+	unlink_pending(s, req);
+	req_done(req, rc);
+	req->op = NULL;
+	if (req->cb != NULL)
+		req->cb(req, req->arg);
 }
 
 void
@@ -368,12 +406,10 @@ sg_store_lookup_cancel(sg_store *s, sg_store_lookup_req *req)
 {
 	if (req == NULL || !req->pending)
 		return;
-	if (req->prev != NULL)
-		req->prev->next = req->next;
-	else
-		s->pending = req->next;
-	if (req->next != NULL)
-		req->next->prev = req->prev;
+	if (s->ops->lookup_cancel != NULL)
+		s->ops->lookup_cancel(s->be, req);
+	unlink_pending(s, req);
+	req->op = NULL;
 	req_done(req, ECANCELED);
 }
 

@@ -9,8 +9,10 @@
  *
  * One interface, several backends (a small vtable in sg_store_internal.h):
  * the LMDB backend (a directory shared by every process on the host) is the
- * default; a Redis backend ("redis://host:port/db") plugs in behind the same
- * calls.
+ * default; the Redis backend (opts.path "redis://[[user]:password@]host:port
+ * [/db]", "redis+sentinel://[password@]host:port[,...]/master[/db]" or
+ * "redis+cluster://host:port[,...]") shares one map between hosts behind the
+ * same calls.  Where Redis differs it says so below ("Redis:").
  *
  * Semantics common to every backend:
  *   - TTL: an entry whose age is >= the TTL is a miss, and is deleted;
@@ -31,8 +33,12 @@
  *     events option, to an event loop: sg_store_event_fd() becomes
  *     readable and sg_store_drain() hands over the commit records.
  *
+ * Redis: SET PX carries the TTL, so Redis deletes an expired entry itself;
+ * capacity is Redis's maxmemory with an LRU policy, not max_entries.
+ *
  * Thread safety: every function may be called from any thread, concurrently,
- * except sg_store_close().  In one process a directory may be open only once
+ * except sg_store_close().  With opts.event_base (Redis), every call must
+ * come from that loop's thread.  In one process a directory may be open only once
  * at a time (LMDB's rule); a second sg_store_open() of it returns EBUSY.
  * Never use a store handle in a child after fork(); open a new one there.
  */
@@ -113,7 +119,7 @@ typedef struct sg_store_opts {
 	bool		 create;	/* create the directory and files if missing */
 	bool		 sync;		/* make every group commit durable */
 	uint64_t	 ttl_ms;	/* > 0 */
-	uint64_t	 max_entries;	/* > 0 */
+	uint64_t	 max_entries;	/* > 0 (Redis: its maxmemory instead) */
 	uint64_t	 map_size;	/* initial LMDB map size, bytes */
 	uint64_t	 map_size_max;	/* the map grows (doubling) up to this */
 	uint64_t	 sync_interval_ms; /* periodic fsync; 0 = only at close */
@@ -246,6 +252,7 @@ struct sg_store_lookup_req {
 	uint64_t	 deadline_ns;
 	bool		 pending;
 	sg_store_lookup_req *next, *prev;
+	void		*op;		/* the backend's command in flight */
 };
 
 /*
@@ -259,11 +266,16 @@ struct sg_store_lookup_req {
  * (the store thread is resizing or reopening the map: a caller counts it
  * as a timeout) or ETIMEDOUT (the deadline had already passed).
  *
- * Returns EINPROGRESS when the answer needs the network (a future Redis
- * backend): cb(req, arg) is then called exactly once, on the thread that
- * calls sg_store_dispatch(), with the result, or with ETIMEDOUT from the
- * first sg_store_dispatch() at or after the deadline; unless
- * sg_store_lookup_cancel() comes first.  req must stay put until then.
+ * Returns EINPROGRESS when the answer needs the network (Redis on
+ * opts.event_base): cb(req, arg) is then called exactly once, from the
+ * loop, with the result, or with ETIMEDOUT from the backend's own timer at
+ * the deadline (or from the first sg_store_dispatch() at or after it,
+ * whichever runs first); unless sg_store_lookup_cancel() comes first.
+ * req must stay put until then.  Redis answers at once (0) when it
+ * cannot send: req->rc ENOTCONN (no connection to the node: reconnecting)
+ * or EBUSY (too many commands in flight on a stalled connection), so a
+ * Redis that is down costs a lookup nothing.  Without opts.event_base the
+ * Redis backend answers at once too, by a blocking GET (tools only).
  *
  * Other returns: SG_EINVAL for a bad key (req->rc too).
  */
@@ -293,6 +305,16 @@ bool	sg_store_next_deadline(sg_store *s, uint64_t *deadline_ns);
  * With the events option: a non-blocking descriptor (an eventfd) that is
  * readable while commit records wait for sg_store_drain(); the store owns
  * it (never close it).  Without the option, -1.
+ *
+ * Redis on a loop: a put is one SET sent at once (pipelined behind what is
+ * in flight; never waits); its reply makes a commit record of one
+ * operation (ops 1, rc 0 or the error).  A put that cannot be sent (no
+ * connection) returns ENOTCONN at once and gets no number and no record.
+ * With one connection (redis://, Sentinel) replies come in queue order,
+ * so records cover (ops_done - ops, ops_done] exactly; with Cluster they
+ * come per node, and ops_done counts operations finished in any order.
+ * sg_store_flush() on a loop does not wait: it returns 0 when nothing is
+ * in flight, else EINPROGRESS (the records tell when it is done).
  */
 int	sg_store_event_fd(sg_store *s);
 
@@ -322,7 +344,7 @@ int	sg_store_iterate(sg_store *s, bool include_expired, sg_store_iter_fn *fn,
 	    void *arg, sg_error *err);
 
 typedef struct sg_store_stats {
-	const char	*backend;	/* "lmdb" (static string) */
+	const char	*backend;	/* "lmdb" or "redis" (static string) */
 	uint64_t	 entries;	/* including expired ones */
 	uint64_t	 expired;	/* entries already past the TTL */
 	uint64_t	 oldest_age_ms;	/* 0 when empty */
@@ -344,9 +366,17 @@ typedef struct sg_store_stats {
 	uint64_t	 commits;	/* write transactions */
 	uint64_t	 map_grows;	/* map size increases */
 	uint64_t	 reopens;	/* environment reopened after a compaction */
+	/* Redis (LMDB: zero): INFO memory of the primary (Cluster: summed
+	 * over the primaries), and the nodes reached. */
+	uint64_t	 mem_used;	/* used_memory, bytes */
+	uint64_t	 mem_max;	/* maxmemory, bytes (0: no limit) */
+	char		 mem_policy[32];	/* maxmemory_policy */
+	uint32_t	 nodes;		/* primaries (1 without Cluster) */
 } sg_store_stats;
 
-/* Fill *st (one read snapshot plus counters).  Returns 0 or an error. */
+/* Fill *st (one read snapshot plus counters).  Returns 0 or an error.
+ * Redis: entries, expired and oldest_age_ms come from a SCAN of the lc:v1:
+ * keys (every primary's, with Cluster): tools only. */
 int	sg_store_stats_get(sg_store *s, sg_store_stats *st, sg_error *err);
 
 typedef struct sg_store_compact_result {
@@ -360,12 +390,21 @@ typedef struct sg_store_compact_result {
 } sg_store_compact_result;
 
 /*
+ * A copy of a store path or URL fit for messages and output: the password
+ * of a Redis URL becomes "***" (the user name stays).  Writes at most cap
+ * bytes with a NUL; returns the length it needed, as snprintf(3).
+ */
+size_t	sg_store_path_redact(char *out, size_t cap, const char *path);
+
+/*
  * Drain the queue, delete expired entries, enforce the capacity (both in
  * short transactions of at most batch_max deletions), then reclaim file
  * space by copy-compaction and an atomic rename, safe while other processes
  * read and write the store (protocol: sg_store_lmdb.c, sg-lastcluster(1)).
  * Returns 0 and fills *r, or an error (nothing committed is lost either
- * way).
+ * way).  Redis expires entries itself and manages its own memory: the call
+ * deletes nothing and returns 0 with *r zeroed but for entries (the live
+ * entries a SCAN counts).
  */
 int	sg_store_compact(sg_store *s, sg_store_compact_result *r, sg_error *err);
 

@@ -41,7 +41,24 @@ struct sgi_store_ops {
 	void	(*set_hook)(void *be, const struct sgi_store_hook *h);
 	/* NULL: always connected (LMDB). */
 	bool	(*connected)(void *be);
+	/*
+	 * A backend that answers later (Redis on a loop); NULL: lookup_nowait
+	 * answers.  lookup_start returns 0 with req->rc set (answered at
+	 * once), or EINPROGRESS and later calls sgi_store_lookup_finish()
+	 * exactly once unless lookup_cancel (which must forget req) comes
+	 * first.
+	 */
+	int	(*lookup_start)(void *be, const sgi_lckey *k,
+		    sg_store_lookup_req *req);
+	void	(*lookup_cancel)(void *be, sg_store_lookup_req *req);
 };
+
+/*
+ * A backend's answer to a pending lookup: take req off the front's pending
+ * list, set req->rc (and req->err when rc is an error, already filled by
+ * the backend) and call the callback.  Loop thread only.
+ */
+void	sgi_store_lookup_finish(sg_store *s, sg_store_lookup_req *req, int rc);
 
 /* Parse "lc:v1:" + 64 lowercase hex.  Returns 0 or SG_EINVAL. */
 int	sgi_lckey_parse(sgi_lckey *k, const char *key, size_t len);

@@ -236,9 +236,20 @@ last_committed() {
 	[[ $stderr == *"--max-entries: not an integer > 0: '0'"* ]]
 }
 
-@test "a redis:// store is refused with 64 (LMDB only in this tool)" {
-	run -64 --separate-stderr "$LC" -d redis://127.0.0.1:6379/0 stats
-	[[ $stderr == *Redis* ]]
+@test "a rediss:// store is refused with 64 (no TLS), a bad Redis URL too" {
+	run -64 --separate-stderr "$LC" -d rediss://127.0.0.1:6379/0 stats
+	[[ $stderr == *TLS* ]]
+	run -64 --separate-stderr "$LC" -d redis://127.0.0.1:6379/x stats
+	[[ $stderr == *"database number"* ]]
+	run -64 --separate-stderr "$LC" -d 'redis://:s3cret@h:1,h:2/0' stats
+	[[ $stderr != *s3cret* ]]
+}
+
+@test "an unreachable redis:// store exits 69 (the tests of Redis itself: sg-lastcluster-redis.bats)" {
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	run -69 --separate-stderr "$LC" -d "redis://127.0.0.1:$port/0" stats
+	[[ $stderr == *"127.0.0.1:$port"* ]]
 }
 
 # --- key --------------------------------------------------------------------

@@ -114,9 +114,12 @@ test_bad_options_are_config_errors(void **state)
 	o.path = "";
 	assert_int_equal(sg_store_open(&t, &o, NULL), SG_ECONFIG);
 	o = f->o;
-	o.path = "redis://localhost:6379/0";
+	o.path = "rediss://localhost:6379/0";
 	assert_int_equal(sg_store_open(&t, &o, &er), SG_ECONFIG);
-	assert_non_null(strstr(er.text, "Redis"));
+	assert_non_null(strstr(er.text, "TLS"));
+	o.path = "redis://localhost:6379/x";
+	assert_int_equal(sg_store_open(&t, &o, &er), SG_ECONFIG);
+	assert_non_null(strstr(er.text, "database"));
 	assert_null(t);
 }
 
