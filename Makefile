@@ -24,7 +24,7 @@ TESTDEPS  = cmocka
 # stargate.pc: what libstargate itself links (readelf -d build/libstargate.so).
 # Requires: the public headers use json_t; Requires.private: the rest.
 PC_REQUIRES         = jansson
-PC_REQUIRES_PRIVATE = libsodium lmdb libxxhash
+PC_REQUIRES_PRIVATE = libsodium lmdb libxxhash libevent hiredis
 PC_SED = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
          -e 's|@REQUIRES@|$(PC_REQUIRES)|' \
          -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES_PRIVATE)|'
