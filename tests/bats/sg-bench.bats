@@ -45,7 +45,9 @@ teardown() {
 	for s in random round-robin power-of-n wait-and-widen pulsar \
 	    pulsar-wait-and-widen pulsar-nocache pwaw-nocache pulsar-cold-keys \
 	    waw-session-new waw-session-returning pwaw-session-new \
-	    pwaw-session-returning waw-many-tenants waw-uncached-ring; do
+	    pwaw-session-returning waw-returning-vs-off pwaw-returning-vs-off \
+	    waw-new-vs-off pwaw-new-vs-off waw-new-samepath-vs-off \
+	    pwaw-new-samepath-vs-off waw-many-tenants waw-uncached-ring; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done
@@ -60,6 +62,18 @@ teardown() {
 		run -0 --separate-stderr "$BENCH" decide --iterations 16 --warmup 0 \
 		    --runs 1 --candidates 8 --scenario "$s"
 	done
+}
+
+@test "decide: honest floors: session rules against equal-parameter flag-off decisions, same-path share printed" {
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --candidates 8 --scenario waw-new-samepath-vs-off
+	grep -qE '^waw-new-samepath-vs-off +8 .*\(same path: [0-9]+%\)$' <<<"$output"
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --candidates 8 --scenario pwaw-returning-vs-off
+	! grep -q 'same path' <<<"$output"
+	# The floors' primitives are documented, one entry per floor.
+	grep -q 'fixed per-call work' "$TOP/man/sg-bench.1"
+	grep -q 'a cache hit.s work' "$TOP/man/sg-bench.1"
 }
 
 @test "decide: --scenario and --candidates select the cells" {

@@ -29,12 +29,20 @@
  * The floors never cache.  The hit column is the cache's hit rate over the
  * allocation-counting loop.
  *
- * Floors use the library's fastest primitives: the pulsar floors hash with
- * a prepared prefix in one batch (sgi_pulsar_hashes) and score every
- * candidate (a logarithm each) before the argmax or the sort; the
- * pulsar-wait-and-widen floor sorts with sgi_sort_keys.  Uncached pulsar
- * can come in under its floor (ratio < 1): it takes the logarithm only for
- * the few candidates whose cheap upper bound can still win.
+ * Floors (sg-bench.1 lists each one's primitives) do the least work the
+ * row's algorithm must do on the same path, with the library's fastest
+ * primitives, plus the router's fixed per-call work (floor_fixed: the
+ * argument checks, a memo probe, the key check, the decision filled, the
+ * deadline check), so a ratio is the overhead of the whole call.  Rows
+ * that hit the ranking cache are divided by a hit's work (the prefix, one
+ * XXH3, one probe of a table keyed the same way, the n-weight check and
+ * the walk); uncached pulsar by one batch of hashes, a bound per
+ * candidate and one logarithm; uncached pulsar-wait-and-widen by the top
+ * k = 2 of those bounds and core selection over them.  The -vs-off rows'
+ * floor is the same request on a router whose configuration differs only
+ * in last_cluster_affinity (interleaved), so their ratio is 1 + the
+ * session rules' overhead; the -samepath rows keep only the requests
+ * whose decision has the same kind and phase both ways.
  *
  * Allocations.  This file interposes malloc, calloc, realloc and free (the
  * executable's definitions win over libc's; they forward to glibc's
@@ -139,6 +147,9 @@ enum floor_kind {
 	FL_PWAW,
 	FL_SINGLE,	/* the same decision on a single-tenant stream */
 	FL_VNODES,	/* hashing the n * V virtual nodes once */
+	FL_PULSAR_HIT,	/* a ranking-cache hit, the walk to rank 1 */
+	FL_PWAW_HIT,	/* a ranking-cache hit, core selection over k */
+	FL_FLAGOFF,	/* the same request, last_cluster_affinity off */
 };
 
 enum hint_kind {
@@ -155,6 +166,9 @@ struct scenario {
 	size_t		 keys;		/* distinct keys; 0: --keys */
 	bool		 tenants;	/* TENANT_RKS routing keys x 3 models */
 	bool		 noring;	/* the router's ring cache off */
+	const char	*offalgo;	/* FL_FLAGOFF: the flag-off twin */
+	bool		 samepath;	/* only requests whose path is the same
+					   with the flag on and off */
 };
 
 #define TENANT_RKS	100
@@ -163,65 +177,78 @@ struct scenario {
 	    "\"cache_affinity_backend_selection_count\":2,"		\
 	    "\"cache_affinity_virtual_nodes\":150}"
 
+#define WAW_SESS(on) "{\"algorithm\":\"wait-and-widen\","		\
+	    "\"cache_affinity_backend_selection_count\":2,"		\
+	    "\"cache_affinity_virtual_nodes\":150,"			\
+	    "\"cache_affinity_wait_ms\":300,"				\
+	    "\"cache_affinity_input_tokens_scale\":0.1,"		\
+	    "\"last_cluster_affinity\":" on "}"
+#define PWAW_SESS(on) "{\"algorithm\":\"pulsar-wait-and-widen\","	\
+	    "\"cache_affinity_backend_selection_count\":2,"		\
+	    "\"cache_affinity_wait_ms\":300,"				\
+	    "\"last_cluster_affinity\":" on "}"
+#define WAW_SESS_ON	WAW_SESS("true")
+#define WAW_SESS_OFF	WAW_SESS("false")
+#define PWAW_SESS_ON	PWAW_SESS("true")
+#define PWAW_SESS_OFF	PWAW_SESS("false")
+
 #define COLD_KEYS	((size_t)1 << 20)
 #define MAX_REQS	4096		/* request structs (keys rotate over them) */
 
 static const struct scenario scenarios[] = {
 	{ "random", "\"random\"", FL_RANDOM, HINT_NONE, false, 0,
-	    false, false },
+	    false, false, NULL, false },
 	{ "round-robin", "\"round-robin\"", FL_RR, HINT_NONE, false, 0,
-	    false, false },
+	    false, false, NULL, false },
 	{ "power-of-n", "{\"algorithm\":\"power-of-n\",\"sample_count\":2}",
-	    FL_PON, HINT_NONE, false, 0, false, false },
+	    FL_PON, HINT_NONE, false, 0, false, false, NULL, false },
 	{ "wait-and-widen",
 	    "{\"algorithm\":\"wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2,"
 	    "\"cache_affinity_virtual_nodes\":150}", FL_WAW, HINT_NONE,
-	    false, 0, false, false },
-	{ "pulsar", "\"pulsar\"", FL_PULSAR, HINT_NONE, false, 0,
-	    false, false },
+	    false, 0, false, false, NULL, false },
+	{ "pulsar", "\"pulsar\"", FL_PULSAR_HIT, HINT_NONE, false, 0,
+	    false, false, NULL, false },
 	{ "pulsar-wait-and-widen",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
-	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
-	    HINT_NONE, false, 0, false, false },
+	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW_HIT,
+	    HINT_NONE, false, 0, false, false, NULL, false },
 	/* The same without the ranking cache, and with keys it cannot hold. */
 	{ "pulsar-nocache", "\"pulsar\"", FL_PULSAR, HINT_NONE, true, 0,
-	    false, false },
+	    false, false, NULL, false },
 	{ "pwaw-nocache",
 	    "{\"algorithm\":\"pulsar-wait-and-widen\","
 	    "\"cache_affinity_backend_selection_count\":2}", FL_PWAW,
-	    HINT_NONE, true, 0, false, false },
+	    HINT_NONE, true, 0, false, false, NULL, false },
 	{ "pulsar-cold-keys", "\"pulsar\"", FL_PULSAR, HINT_NONE, false,
-	    COLD_KEYS, false, false },
-	/* Session routing (issue 3): flag on, new and returning sessions. */
-	{ "waw-session-new",
-	    "{\"algorithm\":\"wait-and-widen\","
-	    "\"cache_affinity_backend_selection_count\":2,"
-	    "\"cache_affinity_virtual_nodes\":150,"
-	    "\"cache_affinity_wait_ms\":300,"
-	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_NONE, false, 0,
-	    false, false },
-	{ "waw-session-returning",
-	    "{\"algorithm\":\"wait-and-widen\","
-	    "\"cache_affinity_backend_selection_count\":2,"
-	    "\"cache_affinity_virtual_nodes\":150,"
-	    "\"cache_affinity_wait_ms\":300,"
-	    "\"cache_affinity_input_tokens_scale\":0.1,"
-	    "\"last_cluster_affinity\":true}", FL_WAW, HINT_OTHER, false, 0,
-	    false, false },
-	{ "pwaw-session-new",
-	    "{\"algorithm\":\"pulsar-wait-and-widen\","
-	    "\"cache_affinity_backend_selection_count\":2,"
-	    "\"cache_affinity_wait_ms\":300,"
-	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_NONE, false, 0,
-	    false, false },
-	{ "pwaw-session-returning",
-	    "{\"algorithm\":\"pulsar-wait-and-widen\","
-	    "\"cache_affinity_backend_selection_count\":2,"
-	    "\"cache_affinity_wait_ms\":300,"
-	    "\"last_cluster_affinity\":true}", FL_PWAW, HINT_OTHER, false, 0,
-	    false, false },
+	    COLD_KEYS, false, false, NULL, false },
+	/*
+	 * Session routing (issue 3): flag on, new and returning sessions,
+	 * against their own floors; then against the same requests with
+	 * every parameter identical but the flag off (issue 13: the
+	 * overhead of the session rules), for new sessions also over only
+	 * the requests that take the same path both ways.
+	 */
+	{ "waw-session-new", WAW_SESS_ON, FL_WAW, HINT_NONE, false, 0,
+	    false, false, NULL, false },
+	{ "waw-session-returning", WAW_SESS_ON, FL_WAW, HINT_OTHER, false, 0,
+	    false, false, NULL, false },
+	{ "pwaw-session-new", PWAW_SESS_ON, FL_PWAW_HIT, HINT_NONE, false, 0,
+	    false, false, NULL, false },
+	{ "pwaw-session-returning", PWAW_SESS_ON, FL_PWAW_HIT, HINT_OTHER,
+	    false, 0, false, false, NULL, false },
+	{ "waw-returning-vs-off", WAW_SESS_ON, FL_FLAGOFF, HINT_OTHER, false,
+	    0, false, false, WAW_SESS_OFF, false },
+	{ "pwaw-returning-vs-off", PWAW_SESS_ON, FL_FLAGOFF, HINT_OTHER,
+	    false, 0, false, false, PWAW_SESS_OFF, false },
+	{ "waw-new-vs-off", WAW_SESS_ON, FL_FLAGOFF, HINT_NONE, false, 0,
+	    false, false, WAW_SESS_OFF, false },
+	{ "pwaw-new-vs-off", PWAW_SESS_ON, FL_FLAGOFF, HINT_NONE, false, 0,
+	    false, false, PWAW_SESS_OFF, false },
+	{ "waw-new-samepath-vs-off", WAW_SESS_ON, FL_FLAGOFF, HINT_NONE,
+	    false, 0, false, false, WAW_SESS_OFF, true },
+	{ "pwaw-new-samepath-vs-off", PWAW_SESS_ON, FL_FLAGOFF, HINT_NONE,
+	    false, 0, false, false, PWAW_SESS_OFF, true },
 	/*
 	 * Many tenants (issue 13): a stream alternating over 100 routing keys
 	 * and 3 models (300 rings, all cached) against the same decisions on
@@ -230,9 +257,9 @@ static const struct scenario scenarios[] = {
 	 * nodes once.
 	 */
 	{ "waw-many-tenants", WAW_K2_V150, FL_SINGLE, HINT_NONE, false, 0,
-	    true, false },
+	    true, false, NULL, false },
 	{ "waw-uncached-ring", WAW_K2_V150, FL_VNODES, HINT_NONE, false, 0,
-	    false, true },
+	    false, true, NULL, false },
 };
 #define NSCEN	(sizeof scenarios / sizeof scenarios[0])
 
@@ -331,13 +358,32 @@ struct world {
 	double		*score;
 	uint64_t	 rr;
 	size_t		 k;		/* calls so far: keys keep rotating */
+	/* FL_FLAGOFF: the flag-off twin router; samepath: the requests used */
+	sg_lbconf	*conf_off;
+	sg_router	*rt_off;
+	size_t		*sel;		/* NULL: every request */
+	size_t		 nsel;
+	double		 same;		/* samepath: % of requests kept */
+	/* the fixed per-call work (floor_fixed) */
+	char		 memo_model[64];
+	const char	*algname;
+	sg_decision	 fdec;
+	/* FL_*_HIT: a ranking table keyed like the router's cache */
+	uint64_t	*ftag;		/* XXH3 of the prefix per slot */
+	unsigned char	*fpfx;		/* the prefix bytes per slot */
+	size_t		*fplen;
+	uint16_t	*frank;		/* n candidate indices per slot */
+	uint64_t	*fw;		/* the weights' bits the table holds */
+	size_t		 nfslot;	/* a power of two */
 };
+
+#define FPFX_MAX	320		/* prefix bytes the table holds */
 
 /* The request of call k, with key k % nkeys. */
 static sg_request *
 req_for(struct world *w, size_t k)
 {
-	size_t j = k % w->nreq;
+	size_t j = w->sel != NULL ? w->sel[k % w->nsel] : k % w->nreq;
 	sg_request *r = &w->req[j];
 
 	/* (one division per call when keys and requests pair up) */
@@ -411,8 +457,21 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 		return -1;
 	if (sc->noring && sg_router_set_ring_cache_bytes(w->rt, 0) != 0)
 		return -1;
+	if (sc->offalgo != NULL) {
+		snprintf(cfg, sizeof cfg, "{\"default\":\"power-of-n\","
+		    "\"models\":{\"" MODEL "\":%s}}", sc->offalgo);
+		if (sg_lbconf_parse(&w->conf_off, cfg, strlen(cfg), "bench",
+		    &err) != 0 || sg_router_new(&w->rt_off, w->conf_off, 42,
+		    &err) != 0) {
+			fprintf(stderr, "sg-bench: %s: %s\n", sc->name,
+			    err.text);
+			return -1;
+		}
+	}
 	if (sg_lbconf_resolve(w->conf, MODEL, NULL, false, &w->def, &err) != 0)
 		return -1;
+	snprintf(w->memo_model, sizeof w->memo_model, "%s", MODEL);
+	w->algname = sg_algorithm_name(w->def->algorithm);
 	w->snap = sg_snapshot_new();
 	w->n = n;
 	w->nreq = nreq;
@@ -480,9 +539,17 @@ world_free(struct world *w)
 	free(w->order);
 	free(w->order2);
 	free(w->score);
+	free(w->sel);
+	free(w->ftag);
+	free(w->fpfx);
+	free(w->fplen);
+	free(w->frank);
+	free(w->fw);
 	sg_snapshot_free(w->snap);
 	sg_router_free(w->rt);
 	sg_lbconf_free(w->conf);
+	sg_router_free(w->rt_off);
+	sg_lbconf_free(w->conf_off);
 }
 
 /* --- floors ------------------------------------------------------------------- */
@@ -629,9 +696,12 @@ floor_pulsar_scores(struct world *w, const sg_request *r)
 	return nr;
 }
 
-/* The decision of r's twin on the single-tenant stream (same key and id). */
+/*
+ * The decision of r's twin (same key and id) on router rt: the
+ * single-tenant stream (FL_SINGLE) or the flag-off router (FL_FLAGOFF).
+ */
 static size_t
-floor_single(struct world *w, const sg_request *r)
+floor_twin(struct world *w, sg_router *rt, const sg_request *r)
 {
 	sg_request *t = &w->req1[(size_t)(r - w->req)];
 	sg_decision d;
@@ -640,9 +710,198 @@ floor_single(struct world *w, const sg_request *r)
 	t->cache_affinity_key = r->cache_affinity_key;
 	t->session_state = SG_SESSION_UNCLASSIFIED;
 	t->session_promoted = false;
-	if (sg_router_decide(w->rt, w->snap, t, 0, &d, &err) != 0)
+	if (sg_router_decide(rt, w->snap, t, 0, &d, &err) != 0)
 		return 0;
 	return d.index;
+}
+
+/*
+ * The router's fixed per-call work, which every algorithm pays: the
+ * argument checks, one probe of the resolution memo (a string compare
+ * of the model name), the required-key check, the decision zeroed and
+ * filled, the wait-deadline check.  Returns pick.
+ */
+static size_t
+floor_fixed(struct world *w, const sg_request *r, size_t pick)
+{
+	sg_decision *d = &w->fdec;
+
+	if (w->rt == NULL || w->snap == NULL || r == NULL)
+		return 0;
+	if (r->routing_method == NULL && !r->routing_method_invalid &&
+	    strcmp(w->memo_model, r->model) != 0)
+		return 0;
+	if (w->def->require_cache_affinity_key &&
+	    (r->cache_affinity_key == NULL || r->cache_affinity_key[0] == 0))
+		return 0;
+	memset(d, 0, sizeof *d);
+	d->algorithm = w->algname;
+	d->kind = SG_DECIDE_SELECT;
+	d->index = pick;
+	d->cluster_id = sg_snapshot_get(w->snap, pick)->id;
+	d->rank_depth = 1;
+	if (r->has_max_wait && (double)r->max_wait_ms < SG_MAX_WAIT_CAP_MS)
+		sink++;
+	return pick;
+}
+
+/* The weight's bits under the definition's mode (the cache compares them). */
+static uint64_t
+weight_bits(const struct world *w, const sg_cluster *c)
+{
+	uint64_t b;
+
+	if (w->def->rendezvous_weight == SG_WEIGHT_LAST_MEAN_INPUT_TPS)
+		memcpy(&b, &c->last_mean_input_tps, sizeof b);
+	else
+		memcpy(&b, &c->max_input_tps, sizeof b);
+	return b;
+}
+
+/* The ranking of r (untimed): ranked candidates by score, then the rest. */
+static void
+rank_full(struct world *w, const sg_request *r, uint16_t *rank)
+{
+	size_t i, k, nr = floor_pulsar_scores(w, r);
+
+	for (i = 0; i < nr; i++) {
+		uint64_t b;
+
+		memcpy(&b, &w->score[w->order[i]], sizeof b);
+		w->order[i] = ((size_t)~b & ~(size_t)0xfff) | w->order[i];
+	}
+	sgi_sort_keys(w->order, w->order2, nr);
+	for (i = 0; i < nr; i++)
+		rank[i] = (uint16_t)(w->order[i] & 0xfff);
+	for (i = 0, k = nr; i < w->n && k < w->n; i++)
+		if (!(w->score[i] > 0))
+			rank[k++] = (uint16_t)i;
+}
+
+/*
+ * The table the cache-hit floors probe: every key's prefix at the slot of
+ * its XXH3, the weights' bits and a ranking per slot (built untimed).
+ */
+static int
+build_ftable(struct world *w)
+{
+	sgi_hashbuf prefix;
+	size_t j, i, slot;
+	uint64_t h;
+
+	for (w->nfslot = 64; w->nfslot < 4 * w->nkeys; w->nfslot *= 2)
+		;
+	w->ftag = calloc(w->nfslot, sizeof *w->ftag);
+	w->fpfx = calloc(w->nfslot, FPFX_MAX);
+	w->fplen = calloc(w->nfslot, sizeof *w->fplen);
+	w->frank = calloc(w->nfslot * w->n, sizeof *w->frank);
+	w->fw = calloc(w->n, sizeof *w->fw);
+	if (w->ftag == NULL || w->fpfx == NULL || w->fplen == NULL ||
+	    w->frank == NULL || w->fw == NULL)
+		return -1;
+	for (i = 0; i < w->n; i++)
+		w->fw[i] = weight_bits(w, sg_snapshot_get(w->snap, i));
+	for (j = 0; j < w->nkeys; j++) {
+		sg_request *r = req_for(w, j);
+
+		sgi_pulsar_prefix(&prefix, w->def, r);
+		if (prefix.len > FPFX_MAX)
+			return -1;
+		h = XXH3_64bits(prefix.b, prefix.len);
+		slot = (size_t)h & (w->nfslot - 1);
+		w->ftag[slot] = h;
+		w->fplen[slot] = prefix.len;
+		memcpy(w->fpfx + slot * FPFX_MAX, prefix.b, prefix.len);
+		rank_full(w, r, w->frank + slot * w->n);
+	}
+	return 0;
+}
+
+/*
+ * A ranking-cache hit: build the key (the prefix), one XXH3 of it, one
+ * probe (tag, length and bytes compared) and the check that the n
+ * weights are those the ranking was computed under (n loads: callers may
+ * change a snapshot's clusters in place, so a hit must look).  Returns
+ * the slot's ranking.
+ */
+static const uint16_t *
+floor_probe(struct world *w, const sg_request *r)
+{
+	const sg_cluster *c = sgi_snapshot_clusters(w->snap);
+	sgi_hashbuf prefix;
+	uint64_t h, diff = 0;
+	size_t slot, i;
+
+	sgi_pulsar_prefix(&prefix, w->def, r);
+	h = XXH3_64bits(prefix.b, prefix.len);
+	slot = (size_t)h & (w->nfslot - 1);
+	for (i = 0; i < w->n; i++)
+		diff |= w->fw[i] ^ weight_bits(w, &c[i]);
+	if (w->ftag[slot] != h || w->fplen[slot] != prefix.len ||
+	    memcmp(w->fpfx + slot * FPFX_MAX, prefix.b, prefix.len) != 0 ||
+	    diff != 0)
+		sink++;		/* a table collision: same work */
+	return w->frank + slot * w->n;
+}
+
+/* The first ranked candidate with KV room (pulsar's walk). */
+static size_t
+floor_walk(struct world *w, const sg_request *r, const uint16_t *rank)
+{
+	size_t i;
+
+	for (i = 0; i < w->n; i++) {
+		const sg_cluster *c = sg_snapshot_get(w->snap, rank[i]);
+
+		if (!w->def->consider_kv_free_tokens ||
+		    c->kv_free_tokens >= r->input_tokens)
+			return rank[i];
+	}
+	return 0;
+}
+
+/*
+ * Uncached pulsar's least work: the prefix, every candidate hashed (one
+ * batch, prepared prefix) and weighed, the upper bound w / (1 - u) of its
+ * score (a division), the top m bounds kept in top[0..m) (best first),
+ * and one logarithm (the exact score) for each of those m.
+ */
+static size_t
+floor_pulsar_top(struct world *w, const sg_request *r, size_t *top,
+    size_t m)
+{
+	const sg_cluster *c = sgi_snapshot_clusters(w->snap);
+	double wt, b, tb[2] = { -1, -1 }, v;
+	sgi_hashbuf prefix;
+	size_t i, nt = 0;
+	uint64_t h;
+
+	sgi_pulsar_prefix(&prefix, w->def, r);
+	sgi_hb_prepare(&prefix);
+	sgi_pulsar_hashes(&prefix, c, w->n, w->score);
+	for (i = 0; i < w->n; i++) {
+		memcpy(&h, &w->score[i], sizeof h);
+		if (!sgi_pulsar_weight(w->def, &c[i], &wt))
+			continue;
+		b = wt / ((double)(int64_t)(~h >> 1) * 0x1p-63);
+		if (b > tb[0]) {
+			tb[1] = tb[0];
+			top[1] = top[0];
+			tb[0] = b;
+			top[0] = i;
+		} else if (m > 1 && b > tb[1]) {
+			tb[1] = b;
+			top[1] = i;
+		}
+	}
+	nt = w->n < m ? w->n : m;
+	for (i = 0; i < nt; i++) {
+		memcpy(&h, &w->score[top[i]], sizeof h);
+		if (sgi_pulsar_weight(w->def, &c[top[i]], &wt) &&
+		    sgi_pulsar_score(h, wt, &v))
+			sink += v > 1;
+	}
+	return nt;
 }
 
 /*
@@ -676,32 +935,54 @@ floor_vnodes(struct world *w, const sg_request *r)
 	return (size_t)acc;
 }
 
+/* The pulsar-wait-and-widen fallback: the full ranking, core over all. */
+static size_t
+floor_pwaw_all(struct world *w, const sg_request *r, sgi_rng *g)
+{
+	size_t i, nr = floor_pulsar_scores(w, r);
+
+	/*
+	 * The library's sort: scores (positive) packed as ~bits above the
+	 * index, sorted as integers (ties left as they fall).
+	 */
+	for (i = 0; i < nr; i++) {
+		uint64_t b;
+
+		memcpy(&b, &w->score[w->order[i]], sizeof b);
+		w->order[i] = ((size_t)~b & ~(size_t)0xfff) | w->order[i];
+	}
+	sgi_sort_keys(w->order, w->order2, nr);
+	for (i = 0; i < nr; i++)
+		w->order[i] &= 0xfff;
+	return floor_core(w, r, w->order, nr, g);
+}
+
 /* One floor "decision"; returns something derived so it is not elided. */
 static size_t
 floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 {
 	size_t group[8], i, best = 0, nr;
+	const uint16_t *rank;
 	const sg_cluster *c;
 	sgi_rng g;
-	double bs = -1;
 
 	switch (sc->floor) {
 	case FL_RANDOM:
 		sgi_rng_seed(&g, 42, w->def, r);
-		return (size_t)sgi_rng_below(&g, w->n);
+		return floor_fixed(w, r, (size_t)sgi_rng_below(&g, w->n));
 	case FL_RR:
 		c = sg_snapshot_get(w->snap, (size_t)(w->rr++ % w->n));
-		return c->id_len;
+		return floor_fixed(w, r, c->id_len % w->n);
 	case FL_PON:
 		sgi_rng_seed(&g, 42, w->def, r);
 		group[0] = (size_t)sgi_rng_below(&g, w->n);
 		group[1] = (size_t)sgi_rng_below(&g, w->n - 1);
 		if (group[1] >= group[0])
 			group[1]++;
-		return sgi_comparator_ms(sg_snapshot_get(w->snap, group[0]),
-		    r->input_tokens, r->priority, 1.0) <=
+		return floor_fixed(w, r, sgi_comparator_ms(sg_snapshot_get(
+		    w->snap, group[0]), r->input_tokens, r->priority, 1.0) <=
 		    sgi_comparator_ms(sg_snapshot_get(w->snap, group[1]),
-		    r->input_tokens, r->priority, 1.0) ? group[0] : group[1];
+		    r->input_tokens, r->priority, 1.0) ? group[0] : group[1]);
 	case FL_WAW:
 		/*
 		 * ring lookup + walk to K = 2, core selection over the group;
@@ -711,46 +992,51 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		sgi_rng_seed(&g, 42, w->def, r);
 		nr = floor_ring(w, r, group, 2);
 		best = floor_core(w, r, group, nr, &g);
-		if (best != SIZE_MAX)
-			return best;
-		for (i = 0; i < w->n; i++)
-			w->order[i] = i;
-		return floor_core(w, r, w->order, w->n, &g);
+		if (best == SIZE_MAX) {
+			for (i = 0; i < w->n; i++)
+				w->order[i] = i;
+			best = floor_core(w, r, w->order, w->n, &g);
+		}
+		return floor_fixed(w, r, best != SIZE_MAX ? best : 0);
 	case FL_PULSAR:
-		floor_pulsar_scores(w, r);
-		for (i = 0; i < w->n; i++)
-			if (w->score[i] > bs) {
-				bs = w->score[i];
-				best = i;
-			}
-		return best;
+		floor_pulsar_top(w, r, group, 1);
+		return floor_fixed(w, r, group[0]);
+	case FL_PULSAR_HIT:
+		rank = floor_probe(w, r);
+		return floor_fixed(w, r, floor_walk(w, r, rank));
+	case FL_PWAW_HIT:
+		/* a hit, core selection over rank 1..k; else over them all */
+		sgi_rng_seed(&g, 42, w->def, r);
+		rank = floor_probe(w, r);
+		group[0] = rank[0];
+		group[1] = w->n > 1 ? rank[1] : rank[0];
+		best = floor_core(w, r, group, w->n < 2 ? w->n : 2, &g);
+		if (best == SIZE_MAX) {
+			for (i = 0; i < w->n; i++)
+				w->order[i] = rank[i];
+			best = floor_core(w, r, w->order, w->n, &g);
+		}
+		return floor_fixed(w, r, best != SIZE_MAX ? best : 0);
 	case FL_SINGLE:
 		/* the same request (key, id) from the single-tenant stream */
-		return floor_single(w, r);
+		return floor_twin(w, w->rt, r);
+	case FL_FLAGOFF:
+		return floor_twin(w, w->rt_off, r);
 	case FL_VNODES:
-		return floor_vnodes(w, r);
+		return floor_fixed(w, r, floor_vnodes(w, r) % w->n);
 	case FL_PWAW:
 	default:
-		/* N hashes + full ranking, then core selection over rank 1..k */
-		sgi_rng_seed(&g, 42, w->def, r);
-		nr = floor_pulsar_scores(w, r);
 		/*
-		 * The library's sort: scores (positive) packed as ~bits above
-		 * the index, sorted as integers (ties left as they fall).
+		 * the top k = 2 by bound (two logarithms), core selection
+		 * over them; only when neither has capacity, the full
+		 * ranking and core selection over every candidate.
 		 */
-		for (i = 0; i < nr; i++) {
-			uint64_t b;
-
-			memcpy(&b, &w->score[w->order[i]], sizeof b);
-			w->order[i] = ((size_t)~b & ~(size_t)0xfff) |
-			    w->order[i];
-		}
-		sgi_sort_keys(w->order, w->order2, nr);
-		for (i = 0; i < nr; i++)
-			w->order[i] &= 0xfff;
-		best = floor_core(w, r, w->order, nr < 2 ? nr : 2, &g);
-		return best != SIZE_MAX ? best : floor_core(w, r, w->order,
-		    nr, &g);
+		sgi_rng_seed(&g, 42, w->def, r);
+		nr = floor_pulsar_top(w, r, group, 2);
+		best = floor_core(w, r, group, nr, &g);
+		if (best == SIZE_MAX)
+			best = floor_pwaw_all(w, r, &g);
+		return floor_fixed(w, r, best != SIZE_MAX ? best : 0);
 	}
 }
 
@@ -890,7 +1176,36 @@ struct row {
 	double		 c50, c99;	/* per call */
 	double		 hit;		/* ranking-cache hit %, NAN: none */
 	double		 sel, wait, rej;
+	double		 same;		/* samepath: % of requests kept */
 };
+
+/*
+ * Keep only the requests whose decision takes the same path (kind and
+ * phase) with the flag on and off; w->nsel of w->nreq remain.
+ */
+static int
+same_path(struct world *w)
+{
+	sg_decision on, off;
+	sg_error err;
+	size_t j;
+
+	if ((w->sel = calloc(w->nreq, sizeof *w->sel)) == NULL)
+		return -1;
+	for (j = 0; j < w->nreq; j++) {
+		sg_request *r = &w->req[j], *t = &w->req1[j];
+
+		r->session_state = t->session_state = SG_SESSION_UNCLASSIFIED;
+		r->session_promoted = t->session_promoted = false;
+		if (sg_router_decide(w->rt, w->snap, r, 0, &on, &err) != 0 ||
+		    sg_router_decide(w->rt_off, w->snap, t, 0, &off, &err) != 0)
+			return -1;
+		if (on.kind == off.kind && on.phase == off.phase)
+			w->sel[w->nsel++] = j;
+	}
+	w->same = 100.0 * (double)w->nsel / (double)w->nreq;
+	return w->nsel > 0 ? 0 : -1;
+}
 
 static int
 measure(const struct scenario *sc, size_t n, const struct opts *o,
@@ -903,7 +1218,7 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 	unsigned long k;
 	double *samples = NULL, p50s[64], p99s[64], f50s[64], c50s[64];
 	double c99s[64], p, q;
-	size_t nkeys = sc->keys != 0 ? sc->keys : o->keys;
+	size_t nkeys = sc->keys != 0 ? sc->keys : o->keys, nr = 0;
 	unsigned run;
 	int rc = -1;
 
@@ -911,11 +1226,21 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 		goto out;
 	if ((sc->floor == FL_WAW) && build_ring(&w) != 0)
 		goto out;
+	if ((sc->floor == FL_PULSAR_HIT || sc->floor == FL_PWAW_HIT) &&
+	    build_ftable(&w) != 0)
+		goto out;
+	if (sc->samepath && same_path(&w) != 0) {
+		fprintf(stderr, "sg-bench: %s at %zu candidates: no request "
+		    "takes the same path with the flag on and off\n",
+		    sc->name, n);
+		goto out;
+	}
 	samples = calloc(o->iterations, sizeof *samples);
 	if (samples == NULL)
 		goto out;
 	/* classify outcomes once (not timed) */
-	for (k = 0; k < w.nreq; k++)
+	nr = w.sel != NULL ? w.nsel : w.nreq;
+	for (k = 0; k < nr; k++)
 		(void)decide_once(&w, k, &t);
 	if (t.fail > 0) {
 		fprintf(stderr, "sg-bench: %s at %zu candidates: decisions "
@@ -965,9 +1290,10 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 	row->hit = st1.hits + st1.misses > st0.hits + st0.misses ?
 	    100.0 * (double)(st1.hits - st0.hits) /
 	    (double)(st1.hits + st1.misses - st0.hits - st0.misses) : NAN;
-	row->sel = 100.0 * (double)t.select / (double)w.nreq;
-	row->wait = 100.0 * (double)t.wait / (double)w.nreq;
-	row->rej = 100.0 * (double)t.reject / (double)w.nreq;
+	row->sel = 100.0 * (double)t.select / (double)nr;
+	row->wait = 100.0 * (double)t.wait / (double)nr;
+	row->rej = 100.0 * (double)t.reject / (double)nr;
+	row->same = w.sel != NULL ? w.same : NAN;
 	rc = 0;
 out:
 	free(samples);
@@ -1079,11 +1405,14 @@ bench_decide_main(int argc, char *argv[])
 			if (!isnan(row.hit))
 				snprintf(hit, sizeof hit, "%.1f", row.hit);
 			printf("%-24s %5zu %10.1f %10.1f %10.1f %7.2f %9.1f "
-			    "%9.1f %6s %8.3f  %.0f/%.0f/%.0f\n",
+			    "%9.1f %6s %8.3f  %.0f/%.0f/%.0f",
 			    row.scenario, row.n, row.p50, row.p99,
 			    row.floor50, row.ratio, row.c50, row.c99,
 			    hit[0] != '\0' ? hit : "-", row.allocs, row.sel,
 			    row.wait, row.rej);
+			if (!isnan(row.same))
+				printf(" (same path: %.0f%%)", row.same);
+			putchar('\n');
 			fflush(stdout);
 			if (csv != NULL)
 				fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.3f,%.4f,"
