@@ -39,6 +39,13 @@
  *
  * A client that goes away cancels the transfer and releases the
  * reservation; the request context never touches the evhttp request again.
+ *
+ * Role all (q->gw.on): the engine's headers are the client's that pass the
+ * gateway (its own headers and x-request-id replaced by the trusted ones)
+ * plus the trusted headers a remote router would pass on; the body is the
+ * gateway's rewritten copy; the response head and body go through the
+ * gateway's hygiene and rewrite (gateway.c), and x-stargate-cluster-id
+ * is not added (the selection is written to the store instead).
  */
 #include <sys/queue.h>
 
@@ -190,6 +197,7 @@ preq_get(proxy *p)
 	q->hdrs = NULL;
 	q->ustatus = 0;
 	q->close_after = false;
+	q->attached = false;
 	q->prev = NULL;
 	q->next = p->live;
 	if (p->live != NULL)
@@ -204,6 +212,7 @@ preq_put(preq *q)
 	proxy *p = q->p;
 
 	forward_cancel(q);
+	gateway_release(q);
 	event_del(q->watch);
 	if (q->conn != NULL)
 		evhttp_connection_set_closecb(q->conn, NULL, NULL);
@@ -285,12 +294,13 @@ forward_cancel(preq *q)
 		curl_slist_free_all(q->hdrs);
 	q->hdrs = NULL;
 	release_resv(q);
+	gateway_cancel(q);
 	evtimer_del(q->timer);
 }
 
 /* Close the client connection (a reply cut short must not look whole). */
-static void
-abort_client(preq *q)
+void
+forward_abort_client(preq *q)
 {
 	struct evhttp_connection *c = q->conn;
 
@@ -348,13 +358,15 @@ build_headers(preq *q)
 	struct evkeyval *kv;
 	bool ctype = false, accept = false;
 	char *buf = q->p->hbuf;
+	size_t i;
 	size_t cap = q->p->hbufcap;
 	char tp[OTLP_TRACEPARENT_LEN + 1];
 
 	TAILQ_FOREACH(kv, in, next) {
 		size_t nl = strlen(kv->key);
 
-		if (header_forbidden(kv->key, nl))
+		if (header_forbidden(kv->key, nl) ||
+		    (q->gw.on && !gateway_client_header_passes(kv->key)))
 			continue;
 		if (strcasecmp(kv->key, "content-type") == 0)
 			ctype = true;
@@ -363,6 +375,15 @@ build_headers(preq *q)
 		if ((size_t)snprintf(buf, cap, "%s: %s", kv->key, kv->value) >=
 		    cap)
 			continue;	/* cannot happen: headers are bounded */
+		if (add_header(q, buf) != 0)
+			return -1;
+	}
+	for (i = 0; q->gw.on && i < q->gw.gh.n; i++) {
+		const sg_header *h = &q->gw.gh.h[i];
+
+		if (header_forbidden(h->name, strlen(h->name)))
+			continue;
+		snprintf(buf, cap, "%s: %s", h->name, h->value);
 		if (add_header(q, buf) != 0)
 			return -1;
 	}
@@ -414,8 +435,12 @@ start_reply(preq *q)
 	struct evkeyvalq *out = evhttp_request_get_output_headers(q->req);
 	double now = mono_ms();
 	char res[32];
+	int status = q->ustatus;
 
-	evhttp_add_header(out, "x-stargate-cluster-id", q->cur->cs->id);
+	if (q->gw.on)
+		status = gateway_reply_start(q, q->ustatus, q->cur->cs->id);
+	else
+		evhttp_add_header(out, "x-stargate-cluster-id", q->cur->cs->id);
 	if (q->close_after)
 		evhttp_add_header(out, "Connection", "close");
 	q->phase = PQ_STREAMING;
@@ -425,8 +450,8 @@ start_reply(preq *q)
 	otlp_span_int(&q->aspan, "proxy.upstream_status", q->ustatus);
 	otlp_span_double(&q->aspan, "proxy.time_to_first_byte_ms",
 	    now - q->attempt_t0);
-	evhttp_send_reply_start(q->req, q->ustatus, q->ureason[0] != '\0' ?
-	    q->ureason : http_reason(q->ustatus));
+	evhttp_send_reply_start(q->req, status, q->ureason[0] != '\0' &&
+	    status == q->ustatus ? q->ureason : http_reason(status));
 }
 
 /* The upstream headers are complete: pass them on, or refuse and retry. */
@@ -508,7 +533,14 @@ on_header(char *ptr, size_t size, size_t nitems, void *arg)
 	else if (nl == 23 && strncasecmp(ptr, "x-stargate-retry-reason",
 	    23) == 0)
 		copy_trimmed(q->retry_reason, sizeof(q->retry_reason), v, vl);
+	if (q->gw.on && nl == 21 && strncasecmp(ptr, "x-stargate-error-code",
+	    21) == 0) {
+		q->gw.uerrcodes++;
+		q->gw.uoverloaded = vl == 16 &&
+		    strncmp(v, "overloaded_error", 16) == 0;
+	}
 	if (nl == 0 || response_forbidden(ptr, nl) ||
+	    (q->gw.on && !gateway_response_passes(q, ptr, nl)) ||
 	    nl + vl + 2 > q->p->hbufcap)
 		return len;
 	memcpy(buf, ptr, nl);
@@ -520,8 +552,8 @@ on_header(char *ptr, size_t size, size_t nitems, void *arg)
 	return len;
 }
 
-static void
-on_written(struct evhttp_connection *c, void *arg)
+void
+forward_on_written(struct evhttp_connection *c, void *arg)
 {
 	preq *q = arg;
 
@@ -555,7 +587,8 @@ on_body(char *ptr, size_t size, size_t nitems, void *arg)
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	evbuffer_add(q->chunk, ptr, len);
-	evhttp_send_reply_chunk_with_cb(q->req, q->chunk, on_written, q);
+	evhttp_send_reply_chunk_with_cb(q->req, q->chunk,
+	    forward_on_written, q);
 	return len;
 }
 
@@ -644,11 +677,13 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 	if (!ok) {
 		log_attempt_error(q, "upstream reply cut short", error);
 		forward_cancel(q);
-		abort_client(q);
+		forward_abort_client(q);
 		metrics_request(q, q->cur->cs->id, status);
 		preq_finish(q, status);
 		return;
 	}
+	if (q->gw.on && q->req != NULL)
+		gateway_emit(q, NULL, 0, true);
 	forward_cancel(q);
 	if (q->req != NULL) {
 		worker_track_reply(q->req);
@@ -671,8 +706,8 @@ on_done(xfer *x, CURLcode cc)
 /* --- the native client (h1.c) --------------------------------------------------- */
 
 /* One "name: value\r\n" line onto the request's header block. */
-static int
-hblk_add(preq *q, const char *name, size_t nl, const char *v, size_t vl)
+int
+forward_hblk_add(preq *q, const char *name, size_t nl, const char *v, size_t vl)
 {
 	size_t need = q->hblen + nl + vl + 4;
 
@@ -709,24 +744,28 @@ native_headers(preq *q)
 	int n;
 
 	q->hblen = 0;
-	TAILQ_FOREACH(kv, in, next) {
-		size_t nl = strlen(kv->key);
-
-		if (header_forbidden(kv->key, nl))
-			continue;
-		if (hblk_add(q, kv->key, nl, kv->value, strlen(kv->value)) !=
-		    0)
+	if (q->gw.on) {
+		if (gateway_engine_headers(q) != 0)
 			return -1;
-	}
+	} else
+		TAILQ_FOREACH(kv, in, next) {
+			size_t nl = strlen(kv->key);
+
+			if (header_forbidden(kv->key, nl))
+				continue;
+			if (forward_hblk_add(q, kv->key, nl, kv->value,
+			    strlen(kv->value)) != 0)
+				return -1;
+		}
 	if (q->has_eq) {
 		n = snprintf(num, sizeof(num), "%llu",
 		    (unsigned long long)q->eq_ms);
-		if (hblk_add(q, "x-stargate-expected-queue-ms", 28, num,
+		if (forward_hblk_add(q, "x-stargate-expected-queue-ms", 28, num,
 		    (size_t)n) != 0)
 			return -1;
 	}
 	otlp_span_traceparent(&q->aspan, tp);
-	return hblk_add(q, "traceparent", 11, tp, strlen(tp));
+	return forward_hblk_add(q, "traceparent", 11, tp, strlen(tp));
 }
 
 /* The cluster's address (resolved by forward_prepare; looked up again
@@ -771,6 +810,8 @@ n_headers(void *arg, const h1_resp *r)
 	q->retry_reason[0] = '\0';
 	if (q->req == NULL)
 		return H1_CONTINUE;	/* n_data ends it */
+	if (q->gw.on)
+		gateway_note_headers(q, r);
 	out = evhttp_request_get_output_headers(q->req);
 	for (i = 0; i < r->nheaders; i++) {
 		const h1_header *h = &r->headers[i];
@@ -785,6 +826,7 @@ n_headers(void *arg, const h1_resp *r)
 			copy_trimmed(q->retry_reason, sizeof(q->retry_reason),
 			    h->value, vl);
 		if (response_forbidden(h->name, nl) ||
+		    (q->gw.on && !gateway_response_passes(q, h->name, nl)) ||
 		    nl + vl + 2 > q->p->hbufcap)
 			continue;
 		memcpy(buf, h->name, nl);
@@ -801,7 +843,6 @@ static void
 n_data(void *arg, const char *ptr, size_t len)
 {
 	preq *q = arg;
-	struct bufferevent *bev;
 
 	q->last_data_ms = mono_ms();
 	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL) {
@@ -810,10 +851,24 @@ n_data(void *arg, const char *ptr, size_t len)
 		attempt_over(q, false, false, "client gone");
 		return;
 	}
+	if (q->gw.on) {
+		gateway_emit(q, ptr, len, false);
+		return;
+	}
 	evbuffer_add(q->chunk, ptr, len);
-	evhttp_send_reply_chunk_with_cb(q->req, q->chunk, on_written, q);
-	bev = evhttp_connection_get_bufferevent(q->conn);
-	if (bev != NULL &&
+	forward_send_chunk(q);
+}
+
+void
+forward_send_chunk(preq *q)
+{
+	struct bufferevent *bev;
+
+	evhttp_send_reply_chunk_with_cb(q->req, q->chunk,
+	    forward_on_written, q);
+	bev = q->conn != NULL ? evhttp_connection_get_bufferevent(q->conn) :
+	    NULL;
+	if (bev != NULL && q->hx != NULL &&
 	    evbuffer_get_length(bufferevent_get_output(bev)) > PROXY_HWM) {
 		q->paused = true;
 		h1_pause(q->hx);
@@ -888,7 +943,7 @@ forward_idle_check(preq *q)
 		int status = q->ustatus;
 
 		forward_cancel(q);
-		abort_client(q);
+		forward_abort_client(q);
 		metrics_request(q, q->cur->cs->id, status);
 		preq_finish(q, status);
 		return;
@@ -903,10 +958,11 @@ forward_start(preq *q, const pcl *cl, size_t fidx)
 {
 	proxy *p = q->p;
 	struct evbuffer *body = evhttp_request_get_input_buffer(q->req);
-	size_t blen = evbuffer_get_length(body);
+	size_t blen = q->gw.on ? q->gw.blen : evbuffer_get_length(body);
 	const char *uri = evhttp_request_get_uri(q->req);
 	size_t ulen = strlen(uri), need = cl->url_len + ulen + 1;
-	unsigned char *bp = blen > 0 ? evbuffer_pullup(body, -1) : NULL;
+	unsigned char *bp = q->gw.on ? (unsigned char *)q->gw.body :
+	    blen > 0 ? evbuffer_pullup(body, -1) : NULL;
 	double now = mono_ms();
 	struct timeval tv;
 	CURL *e;

@@ -19,6 +19,10 @@
  *
  * Errors are ref §1.5 JSON: {"error":"<message>","code":"<class>"} with
  * x-stargate-error-code; the capacity 503 has the overloaded_error body.
+ *
+ * On the gateway edge (--role gateway and all) a routed request goes to
+ * gateway.c instead, and the router's own errors reach the client without
+ * x-stargate-error-code, the capacity 503 as 529 (ref §7.5).
  */
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -62,6 +66,7 @@ http_reason(int status)
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
+	case 529: return "Site Overloaded";
 	default: return status < 300 ? "OK" : "Error";
 	}
 }
@@ -108,7 +113,9 @@ http_send_error(struct evhttp_request *req, int status, const char *code,
 	evhttp_remove_header(h, "Content-Type");
 	evhttp_add_header(h, "Content-Type", "application/json");
 	evhttp_remove_header(h, "x-stargate-error-code");
-	evhttp_add_header(h, "x-stargate-error-code", code);
+	/* The gateway edge never shows x-stargate-* to clients. */
+	if (proxy_self == NULL || !proxy_self->gw_edge)
+		evhttp_add_header(h, "x-stargate-error-code", code);
 	evbuffer_add(b, "{\"error\":", 9);
 	json_str(b, message);
 	evbuffer_add(b, ",\"code\":", 8);
@@ -124,6 +131,12 @@ http_send_overloaded(struct evhttp_request *req)
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 
 	evhttp_remove_header(h, "x-stargate-error-code");
+	/* The gateway edge: a Stargate overload is 529 (ref §7.5). */
+	if (proxy_self != NULL && proxy_self->gw_edge) {
+		send_body(req, 529, "application/json", overloaded_body,
+		    sizeof(overloaded_body) - 1);
+		return;
+	}
 	evhttp_add_header(h, "x-stargate-error-code", "overloaded_error");
 	send_body(req, 503, "application/json", overloaded_body,
 	    sizeof(overloaded_body) - 1);
@@ -138,7 +151,7 @@ get_models(proxy *p, struct evhttp_request *req)
 	char *text;
 	size_t i;
 
-	for (i = 0; i < p->gen->nmodels; i++)
+	for (i = 0; p->gen != NULL && i < p->gen->nmodels; i++)
 		json_array_append_new(data, json_pack("{s:s,s:s,s:s}", "id",
 		    p->gen->models[i].name, "object", "model", "owned_by",
 		    "stargate"));
@@ -164,7 +177,9 @@ get_metrics(proxy *p, struct evhttp_request *req)
 {
 	struct evbuffer *b = evhttp_request_get_output_buffer(req);
 
-	stats_update_gauges(p);
+	if (p->gen != NULL)
+		stats_update_gauges(p);
+	gateway_update_gauges(p);
 	if (sg_metrics_expose(p->reg, expose_sink, b) != 0) {
 		evbuffer_drain(b, evbuffer_get_length(b));
 		http_send_error(req, 500, "internal_error", "out of memory");
@@ -228,9 +243,10 @@ get_debug_state(proxy *p, struct evhttp_request *req)
 		    "/debug/state is served to loopback peers only");
 		return;
 	}
-	for (i = 0; i < p->gen->n; i++)
+	for (i = 0; p->gen != NULL && i < p->gen->n; i++)
 		json_array_append_new(cl, cluster_state(p, &p->gen->cl[i], now));
-	doc = json_pack("{s:s,s:i,s:i,s:b,s:b,s:I,s:I,s:o}", "role", "router",
+	doc = json_pack("{s:s,s:i,s:i,s:b,s:b,s:I,s:I,s:o}", "role",
+	    p->conf->role,
 	    "worker", p->worker_no, "pid", (int)getpid(), "ready",
 	    stats_ready(p), "draining", p->draining, "inflight",
 	    (json_int_t)p->inflight, "served", (json_int_t)p->served,
@@ -359,7 +375,10 @@ http_dispatch(struct evhttp_request *req, void *arg)
 			    "method not allowed");
 			return;
 		}
-		handle_routed(p, req, endpoint);
+		if (p->gw_edge)
+			gateway_accept(p, req, endpoint);
+		else
+			handle_routed(p, req, endpoint);
 		return;
 	}
 	if (strcmp(path, "/healthz") != 0 && strcmp(path, "/readyz") != 0 &&
@@ -381,7 +400,7 @@ http_dispatch(struct evhttp_request *req, void *arg)
 		if (p->draining)
 			send_body(req, 503, "text/plain; charset=utf-8",
 			    "draining\n", 9);
-		else if (!stats_ready(p))
+		else if (p->gen != NULL && !stats_ready(p))
 			send_body(req, 503, "text/plain; charset=utf-8",
 			    "not ready\n", 10);
 		else

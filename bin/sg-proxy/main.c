@@ -1,8 +1,14 @@
 /*
- * sg-proxy — the Stargate routing daemon, router role (SPEC.md §6).
+ * sg-proxy — the Stargate routing daemon (SPEC.md §6): --role router (the
+ * trusted side: trusted headers in, clusters out), gateway (the public
+ * side: identity, last-cluster store, header hygiene, forwarding to
+ * --router-url) or all (the default: both in one process).
  *
- * main.c turns the command line into a pconf, loads and checks the cluster
- * file and the lb-config (--check stops there), creates what the workers
+ * main.c turns the command line into a pconf (the last-cluster settings:
+ * STARGATE_LAST_CLUSTER_* through sg_lcconf, the flags over them), loads
+ * and checks the cluster file and the lb-config (router and all), the
+ * --api-keys file and, for an LMDB store, opens and closes the store once
+ * so that a bad directory stops startup (--check stops there), creates what the workers
  * share (the metrics registry, in shared memory when there are several
  * workers; the listening socket, opened once before fork so that port 0
  * works with any number of workers), then either runs the single worker in
@@ -51,7 +57,11 @@
 
 const char cli_progname[] = "sg-proxy";
 const char cli_synopsis[] =
-    "--role router --listen ADDR:PORT --clusters FILE [--lb-config FILE]\n"
+    "[--role all|router] --listen ADDR:PORT --clusters FILE [--lb-config FILE]\n"
+    "       sg-proxy --role gateway --router-url URL --listen ADDR:PORT\n"
+    "        [--api-keys FILE] [--last-cluster BOOL] [--last-cluster-ttl DUR]\n"
+    "        [--last-cluster-timeout DUR] [--last-cluster-max-entries N]\n"
+    "        [--last-cluster-store DIR|URL]\n"
     "        [--workers N] [--log-level debug|info|warn|error] [--seed N]\n"
     "        [--port-file FILE] [--max-body-bytes N] [--max-header-bytes N]\n"
     "        [--max-headers N] [--header-timeout-ms MS] [--body-timeout-ms MS]\n"
@@ -65,7 +75,24 @@ const char cli_help[] =
     "\n"
     "Route OpenAI-style inference requests across engine clusters.\n"
     "\n"
-    "  --role ROLE              router (gateway and all: not yet available)\n"
+    "  --role ROLE              all (gateway and router in one process, the\n"
+    "                           default), gateway or router\n"
+    "  --router-url URL         gateway: the router, http://HOST:PORT\n"
+    "  --api-keys FILE          gateway: allowed keys, SHA256HEX [ROUTING_KEY\n"
+    "                           [PRIORITY]] per line (default: all pass)\n"
+    "  --last-cluster BOOL      gateway: the last-cluster store on or off\n"
+    "                           (STARGATE_LAST_CLUSTER_ENABLED, false)\n"
+    "  --last-cluster-ttl DUR   entry lifetime (STARGATE_LAST_CLUSTER_TTL, 10m)\n"
+    "  --last-cluster-timeout DUR\n"
+    "                           lookup bound\n"
+    "                           (STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT, 20ms)\n"
+    "  --last-cluster-max-entries N\n"
+    "                           capacity\n"
+    "                           (STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES, 100000)\n"
+    "  --last-cluster-store DIR|URL\n"
+    "                           LMDB directory or redis:// URL\n"
+    "                           (STARGATE_LAST_CLUSTER_STORE,\n"
+    "                           /var/lib/stargate/lastcluster)\n"
     "  --listen ADDR:PORT       listening address (127.0.0.1:8080; port 0: any)\n"
     "  --clusters FILE          cluster file, stargate-clusters(5)\n"
     "  --lb-config FILE         lb-config.json (default: permissive)\n"
@@ -118,6 +145,13 @@ enum {
 	OPT_PREFIX,
 	OPT_PIDFILE,
 	OPT_VERSION,
+	OPT_ROUTERURL,
+	OPT_APIKEYS,
+	OPT_LC,
+	OPT_LCTTL,
+	OPT_LCTIMEOUT,
+	OPT_LCMAX,
+	OPT_LCSTORE,
 };
 
 static const struct option longopts[] = {
@@ -144,6 +178,13 @@ static const struct option longopts[] = {
 	{ "decision-log-sample", required_argument,	NULL,	OPT_DLOGSAMPLE },
 	{ "metrics-prefix",	required_argument,	NULL,	OPT_PREFIX },
 	{ "pid-file",		required_argument,	NULL,	OPT_PIDFILE },
+	{ "router-url",		required_argument,	NULL,	OPT_ROUTERURL },
+	{ "api-keys",		required_argument,	NULL,	OPT_APIKEYS },
+	{ "last-cluster",	required_argument,	NULL,	OPT_LC },
+	{ "last-cluster-ttl",	required_argument,	NULL,	OPT_LCTTL },
+	{ "last-cluster-timeout", required_argument,	NULL,	OPT_LCTIMEOUT },
+	{ "last-cluster-max-entries", required_argument, NULL,	OPT_LCMAX },
+	{ "last-cluster-store",	required_argument,	NULL,	OPT_LCSTORE },
 	{ "check",		no_argument,		NULL,	'n' },
 	{ "help",		no_argument,		NULL,	'h' },
 	{ "version",		no_argument,		NULL,	OPT_VERSION },
@@ -184,13 +225,28 @@ static proxy P;
 static pconf C;
 static bool pid_written;
 
+/* The last-cluster flags: applied over the environment after parsing. */
+static const struct lcflag {
+	int		 opt;
+	const char	*flag;
+	const char	*var;
+} lcflags[] = {
+	{ OPT_LC,	"--last-cluster",		SG_LCCONF_ENABLED },
+	{ OPT_LCTTL,	"--last-cluster-ttl",		SG_LCCONF_TTL },
+	{ OPT_LCTIMEOUT, "--last-cluster-timeout",	SG_LCCONF_TIMEOUT },
+	{ OPT_LCMAX,	"--last-cluster-max-entries",	SG_LCCONF_MAX_ENTRIES },
+	{ OPT_LCSTORE,	"--last-cluster-store",		SG_LCCONF_STORE },
+};
+#define NLCFLAGS	(sizeof(lcflags) / sizeof(lcflags[0]))
+static const char *lcvals[NLCFLAGS];
+
 static void cleanup(proxy *p);
 
 static void
 conf_defaults(pconf *c)
 {
 	memset(c, 0, sizeof(*c));
-	c->role = "router";
+	c->role = "all";
 	c->listen = "127.0.0.1:8080";
 	c->workers = 1;
 	c->log_level = SG_LOG_INFO;
@@ -263,7 +319,20 @@ parse_args(pconf *c, int argc, char **argv)
 			*(uint64_t *)(void *)((char *)c + uopts[i].off) = v;
 			continue;
 		}
+		for (i = 0; i < NLCFLAGS; i++)
+			if (lcflags[i].opt == ch)
+				break;
+		if (i < NLCFLAGS) {
+			lcvals[i] = optarg;
+			continue;
+		}
 		switch (ch) {
+		case OPT_ROUTERURL:
+			c->router_url = optarg;
+			break;
+		case OPT_APIKEYS:
+			c->api_keys = optarg;
+			break;
 		case OPT_ROLE:
 			c->role = optarg;
 			break;
@@ -382,30 +451,134 @@ conf_load_clusters(const char *path, sg_clusterfile **out, bool quiet,
 	return 0;
 }
 
+/* The environment, less the variables a flag overrides (a flag wins,
+ * even over a variable that would not parse). */
+static char *
+lc_getenv(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NLCFLAGS; i++)
+		if (lcvals[i] != NULL && strcmp(lcflags[i].var, name) == 0)
+			return NULL;
+	return getenv(name);
+}
+
+/* The last-cluster settings: environment, then the flags over it. */
+static int
+conf_lc(pconf *c)
+{
+	sg_error err;
+	size_t i;
+
+	memset(&err, 0, sizeof(err));
+	sg_lcconf_init(&c->lc);
+	if (sg_lcconf_from_env(&c->lc, lc_getenv, &err) != 0) {
+		cli_complain(NULL, 0, "%s", err.text);
+		return EX_CONFIG;
+	}
+	for (i = 0; i < NLCFLAGS; i++)
+		if (lcvals[i] != NULL && sg_lcconf_set(&c->lc, lcflags[i].var,
+		    lcvals[i], lcflags[i].flag, &err) != 0) {
+			cli_complain(NULL, 0, "%s", err.text);
+			return EX_CONFIG;
+		}
+	return 0;
+}
+
+/* --router-url: http://HOST:PORT[/path]. */
+static bool
+router_url_ok(const char *u)
+{
+	size_t n = strlen(u);
+
+	return n > 7 && n < PROXY_URL_MAX && strncmp(u, "http://", 7) == 0 &&
+	    u[7] != '/' && u[7] != '\0';
+}
+
 /* Check the options that need more than their own value. */
 static int
 conf_check(pconf *c)
 {
-	if (strcmp(c->role, "gateway") == 0 || strcmp(c->role, "all") == 0) {
-		cli_complain(NULL, 0, "--role: '%s' is not yet available "
-		    "(only 'router')", c->role);
-		return EX_CONFIG;
-	}
-	if (strcmp(c->role, "router") != 0) {
-		cli_complain(NULL, 0, "--role: expected router, gateway or "
-		    "all, got '%s'", c->role);
+	int rc;
+
+	if (strcmp(c->role, "all") == 0)
+		c->role_id = ROLE_ALL;
+	else if (strcmp(c->role, "gateway") == 0)
+		c->role_id = ROLE_GATEWAY;
+	else if (strcmp(c->role, "router") == 0)
+		c->role_id = ROLE_ROUTER;
+	else {
+		cli_complain(NULL, 0, "--role: expected all, gateway or "
+		    "router, got '%s'", c->role);
 		return EX_USAGE;
 	}
-	if (c->clusters == NULL) {
-		cli_complain(NULL, 0, "--clusters: a cluster file is required "
-		    "for --role router");
+	if (c->role_id == ROLE_GATEWAY) {
+		if (c->clusters != NULL) {
+			cli_complain(NULL, 0, "--clusters: not taken by "
+			    "--role gateway (the router has the clusters)");
+			return EX_USAGE;
+		}
+		if (c->router_url == NULL) {
+			cli_complain(NULL, 0, "--router-url: required for "
+			    "--role gateway");
+			return EX_USAGE;
+		}
+		if (!router_url_ok(c->router_url)) {
+			cli_complain(NULL, 0, "--router-url: expected "
+			    "http://HOST:PORT, got '%s'", c->router_url);
+			return EX_USAGE;
+		}
+	} else {
+		if (c->router_url != NULL) {
+			cli_complain(NULL, 0, "--router-url: only for --role "
+			    "gateway");
+			return EX_USAGE;
+		}
+		if (c->clusters == NULL) {
+			cli_complain(NULL, 0, "--clusters: a cluster file is "
+			    "required for --role %s", c->role);
+			return EX_USAGE;
+		}
+	}
+	if (c->role_id == ROLE_ROUTER && c->api_keys != NULL) {
+		cli_complain(NULL, 0, "--api-keys: only for --role gateway "
+		    "or all");
 		return EX_USAGE;
 	}
+	if ((rc = conf_lc(c)) != 0)
+		return rc;
 	if (!prefix_ok(c->metrics_prefix)) {
 		cli_complain(NULL, 0, "--metrics-prefix: expected "
 		    "[a-zA-Z_:][a-zA-Z0-9_:]*, got '%s'", c->metrics_prefix);
 		return EX_USAGE;
 	}
+	return 0;
+}
+
+/* An LMDB store is opened (created) once here, so that a directory that
+ * cannot hold one stops startup; the workers open their own. */
+static int
+check_store(const pconf *c)
+{
+	sg_store_opts o;
+	sg_store *s = NULL;
+	sg_error err;
+	int rc;
+
+	if (c->role_id == ROLE_ROUTER || !c->lc.enabled ||
+	    c->lc.backend != SG_LC_BACKEND_LMDB)
+		return 0;
+	memset(&err, 0, sizeof(err));
+	sg_store_opts_init(&o);
+	sg_lcconf_store_opts(&c->lc, &o);
+	o.create = true;
+	if ((rc = sg_store_open(&s, &o, &err)) != 0) {
+		cli_complain(NULL, 0, "%s: %s", SG_LCCONF_STORE,
+		    err.text[0] != '\0' ? err.text : sg_strerror(rc));
+		return EX_CONFIG;
+	}
+	sg_store_close(s);
 	return 0;
 }
 
@@ -647,9 +820,15 @@ main(int argc, char **argv)
 			cli_usage(EX_USAGE);
 		return rc;
 	}
-	if ((rc = conf_load_clusters(C.clusters, &cf, false, &err)) != 0)
+	P.gw_edge = C.role_id != ROLE_ROUTER;
+	if (C.role_id != ROLE_GATEWAY &&
+	    (rc = conf_load_clusters(C.clusters, &cf, false, &err)) != 0)
 		return rc;
 	if ((rc = load_lbconf(&P)) != 0)
+		goto out;
+	if (C.api_keys != NULL && (rc = gateway_load_keys(&P, C.api_keys)) != 0)
+		goto out;
+	if ((rc = check_store(&C)) != 0)
 		goto out;
 	if (sg_router_new(&P.rt, P.lb, C.seed, &err) != 0) {
 		cli_complain(NULL, 0, "%s", err.text);
@@ -672,7 +851,9 @@ main(int argc, char **argv)
 		goto out;
 	}
 	if ((e = sg_metrics_new(&P.reg, 16u << 20, C.workers > 1, &err)) != 0 ||
-	    (e = metrics_declare(P.reg, C.metrics_prefix, &P.m, &err)) != 0) {
+	    (e = metrics_declare(P.reg, C.metrics_prefix, &P.m, &err)) != 0 ||
+	    (P.gw_edge && (e = metrics_declare_gateway(P.reg, &P.m,
+	    C.lc.enabled, &err)) != 0)) {
 		cli_complain(NULL, 0, "metrics: %s", err.text[0] != '\0' ?
 		    err.text : sg_strerror(e));
 		rc = EX_OSERR;
@@ -709,7 +890,7 @@ main(int argc, char **argv)
 		goto out;
 	}
 	/* The cluster file moves into the worker(s). */
-	{
+	if (cf != NULL) {
 		cgen *g = NULL;
 
 		if ((rc = gen_build(&P, cf, &g, &err)) != 0) {
@@ -743,6 +924,7 @@ cleanup(proxy *p)
 	p->rt = NULL;
 	sg_lbconf_free(p->lb);
 	p->lb = NULL;
+	gateway_free_keys(p);
 	sg_metrics_free(p->reg);
 	p->reg = NULL;
 	sg_logger_free(p->log);

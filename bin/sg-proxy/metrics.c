@@ -259,3 +259,64 @@ metrics_replay(preq *q, size_t bytes)
 
 	sg_series_observe(sg_metric_series(q->p->m.replay, v), (double)bytes);
 }
+
+/* --- the gateway's families (proposal.md; no --metrics-prefix) ------------ */
+
+static const double lookup_buckets[] = {
+	0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+};
+
+static const struct fam gw_fams[] = {
+	{ MOFF(lc_lookups), SG_METRIC_COUNTER,
+	    "llm_api_gateway_last_cluster_lookups_total",
+	    "Last-cluster store lookups, by result.", L("result"), NULL, 0 },
+	{ MOFF(lc_writes), SG_METRIC_COUNTER,
+	    "llm_api_gateway_last_cluster_writes_total",
+	    "Last-cluster store writes, by result (at commit).", L("result"),
+	    NULL, 0 },
+	{ MOFF(lc_dur), SG_METRIC_HISTOGRAM,
+	    "llm_api_gateway_last_cluster_lookup_duration_seconds",
+	    "Time from the start of a lookup to its result.", NULL,
+	    lookup_buckets, NB(lookup_buckets) },
+	{ MOFF(lc_conn), SG_METRIC_GAUGE,
+	    "llm_api_gateway_last_cluster_store_connected",
+	    "1 while the last-cluster store can answer, else 0.", NULL, NULL,
+	    0 },
+};
+
+int
+metrics_declare_gateway(sg_metrics *reg, pmetrics *m, bool zero,
+    sg_error *err)
+{
+	static const char *const lk[] = {
+		"hit", "miss", "error", "timeout", "skipped",
+	};
+	static const char *const wr[] = { "ok", "error" };
+	size_t i;
+	int rc;
+
+	for (i = 0; i < NB(gw_fams); i++) {
+		sg_metric **slot = (sg_metric **)(void *)((char *)m +
+		    gw_fams[i].off);
+
+		if ((rc = sg_metrics_family(reg, gw_fams[i].type,
+		    gw_fams[i].name, gw_fams[i].help, gw_fams[i].labels,
+		    gw_fams[i].buckets, gw_fams[i].nbuckets, slot, err)) != 0)
+			return rc;
+	}
+	if (!zero)
+		return 0;
+	for (i = 0; i < NB(lk); i++) {
+		const char *v[] = { lk[i] };
+
+		(void)sg_metric_series(m->lc_lookups, v);
+	}
+	for (i = 0; i < NB(wr); i++) {
+		const char *v[] = { wr[i] };
+
+		(void)sg_metric_series(m->lc_writes, v);
+	}
+	(void)sg_metric_series(m->lc_dur, NULL);
+	sg_series_set(sg_metric_series(m->lc_conn, NULL), 1);
+	return 0;
+}

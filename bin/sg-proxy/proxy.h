@@ -1,6 +1,6 @@
 /*
- * proxy.h — sg-proxy internals shared by its files (router role, SPEC.md
- * §6, ref §1, §2.3, §6).
+ * proxy.h — sg-proxy internals shared by its files (SPEC.md §6: the router
+ * role, ref §1, §2.3, §6; the gateway stage, ref §7).
  *
  * One file per concern:
  *   main.c      options into a pconf, validation, --check, the listening
@@ -16,7 +16,18 @@
  *   stats.c     stats polling into the fleet, measured RTT, readiness;
  *   clusters.c  cluster-file generations (build, swap on SIGHUP);
  *   metrics.c   the stargate_* families and their label rules;
- *   plog.c      the logger sink (logfmt on stderr) and the clock.
+ *   plog.c      the logger sink (logfmt on stderr) and the clock;
+ *   gateway.c   the gateway stage (--role gateway and all): API keys,
+ *               identity, trusted headers, store lookup and write, the
+ *               gateway role's forward to --router-url, response hygiene;
+ *   gwjson.c    the byte-level scan that finds a body's top-level "model"
+ *               (request rewrite, response rewrite of unary JSON and SSE).
+ *
+ * Roles: router (trusted headers in, clusters out), gateway (client in,
+ * trusted headers out to --router-url), all (both: the gateway stage
+ * builds the trusted headers and hands them to the router stage in
+ * memory through sg_gateway_request, then route.c and forward.c run as in
+ * the router role).  A request with q->gw.on passed the gateway stage.
  *
  * Ownership: a worker owns one proxy (event base, curl multi, router,
  * fleet).  Cluster definitions live in a refcounted generation (cgen); a
@@ -43,6 +54,10 @@
 #include "sg_log.h"
 #include "sg_metrics.h"
 #include "sg_vllm.h"
+#include "sg_gateway.h"
+#include "sg_identity.h"
+#include "sg_lcconf.h"
+#include "sg_store.h"
 
 #include "dlog.h"
 #include "h1.h"
@@ -54,8 +69,18 @@
 
 /* --- options ---------------------------------------------------------------- */
 
+enum prole {
+	ROLE_ALL = 0,
+	ROLE_GATEWAY,
+	ROLE_ROUTER,
+};
+
 typedef struct pconf {
 	const char	*role;
+	int		 role_id;		/* enum prole */
+	const char	*router_url;		/* --role gateway */
+	const char	*api_keys;		/* --api-keys FILE */
+	sg_lcconf	 lc;			/* last-cluster settings */
 	const char	*listen;		/* ADDR:PORT as given */
 	char		 host[256];		/* parsed address */
 	uint16_t	 port;
@@ -159,9 +184,48 @@ struct xfer {
 enum preq_phase {
 	PQ_FREE = 0,
 	PQ_ROUTING,		/* deciding or waiting on the timer */
+	PQ_LOOKUP,		/* gateway: store lookup in flight */
 	PQ_UPSTREAM,		/* attempt in flight, no reply started */
 	PQ_STREAMING,		/* reply started to the client */
 };
+
+/* Response rewrite of the public model id (gateway stage). */
+enum rw_mode {
+	RW_NONE = 0,		/* pass through */
+	RW_JSON,		/* unary JSON: rewrite the top-level model once */
+	RW_SSE,			/* event stream: each data line */
+};
+
+/* The gateway stage of one request (q->gw). */
+typedef struct gwreq {
+	bool			 on;		/* passed the gateway stage */
+	sg_identity		 id;
+	sg_gateway_route	 rt;
+	sg_gateway_headers	 gh;
+	char			 rid[160];	/* request id */
+	char			 key[SG_LC_KEY_LEN + 1];
+	bool			 has_key;	/* eligible: lookup and write */
+	char			 hint[SG_ID_MAX + 1];
+	sg_store_lookup_req	 lk;
+	bool			 lk_pending;
+	uint64_t		 lk_t0;		/* sg_store_mono_ns */
+	otlp_span		 lspan;		/* last_cluster_lookup */
+	char			*body;		/* rewritten request body */
+	size_t			 blen, bcap;
+	char			*pub;		/* public id, JSON literal */
+	size_t			 publen;
+	char			*routed;	/* routed model, JSON literal */
+	size_t			 routedlen;
+	int			 rw;		/* enum rw_mode */
+	bool			 rw_done;	/* JSON: decided */
+	bool			 rw_midline;	/* SSE: passing a long line */
+	char			*rb;		/* rewrite buffer */
+	size_t			 rblen, rbcap;
+	char			 ucluster[SG_ID_MAX + 1]; /* gateway role */
+	unsigned		 uerrcodes;	/* x-stargate-error-code count */
+	bool			 uoverloaded;	/* ... overloaded_error */
+	bool			 remembered;	/* store write issued */
+} gwreq;
 
 struct preq {
 	proxy			*p;
@@ -219,6 +283,8 @@ struct preq {
 	otlp_span		 aspan;		/* proxy_upstream_http_request */
 	bool			 has_parent;
 	otlp_ctx		 parent;
+	bool			 attached;	/* route_attach done */
+	gwreq			 gw;
 	preq			*prev, *next;	/* live list or free list */
 };
 
@@ -240,7 +306,30 @@ typedef struct pmetrics {
 	sg_metric	*stats_age;
 	sg_metric	*stats_errors;
 	sg_metric	*inflight;
+	/* gateway (llm_api_gateway_*, no prefix) */
+	sg_metric	*lc_lookups;
+	sg_metric	*lc_writes;
+	sg_metric	*lc_dur;
+	sg_metric	*lc_conn;
 } pmetrics;
+
+/* One API key of --api-keys. */
+typedef struct apikey {
+	unsigned char	 hash[32];		/* SHA-256 of the bearer key */
+	char		*routing_key;		/* NULL: from the model id */
+	bool		 has_priority;
+	uint32_t	 priority;
+} apikey;
+
+/* A store write waiting for its commit record. */
+typedef struct gwwrite {
+	uint64_t	 seq;
+	otlp_span	 span;			/* last_cluster_write */
+	char		 rid[160];
+	char		 model[128];
+	char		 rk[128];
+	struct gwwrite	*next;
+} gwwrite;
 
 /* --- the worker ------------------------------------------------------------------- */
 
@@ -256,6 +345,16 @@ struct proxy {
 	sg_header		*hdrs;		/* scratch: max_headers entries */
 	char			*hbuf;		/* scratch: one header line */
 	size_t			 hbufcap;
+	bool			 gw_edge;	/* role gateway or all */
+	apikey			*keys;		/* --api-keys */
+	size_t			 nkeys;
+	sg_store		*store;		/* this worker's, or NULL */
+	struct event		*store_ev;	/* commit records */
+	gwwrite			*wq, *wq_tail;	/* writes awaiting commit */
+	gwwrite			*wfree;
+	size_t			 wpending;
+	h1_upstream		*router_up;	/* --router-url */
+	double			 last_timeout_log;
 	bool			 is_worker;	/* a forked child */
 	int			 worker_no;
 	int			 listen_fd;
@@ -330,6 +429,9 @@ const char *http_reason(int status);
 
 /* --- route.c ------------------------------------------------------------------------------ */
 
+/* Attach the request to its connection (close callback, EOF watch),
+ * start its span, count it in flight.  Idempotent. */
+void	route_attach(preq *q);
 /* Begin routing an accepted, parsed request. */
 void	route_start(preq *q);
 /* An attempt ended with a retryable refusal or a connect error: exclude
@@ -361,6 +463,63 @@ void	forward_close_client(struct evhttp_connection *c, void *arg);
 /* Precomputed forbidden-header check (request and response lists). */
 bool	header_forbidden(const char *name, size_t len);
 
+/* Exported for gateway.c. */
+void	forward_on_written(struct evhttp_connection *c, void *arg);
+void	forward_abort_client(preq *q);
+int	forward_hblk_add(preq *q, const char *name, size_t nl, const char *v,
+	    size_t vl);
+/* Send what q->chunk holds to the client; pause the upstream transfer
+ * while the client's output buffer is above PROXY_HWM. */
+void	forward_send_chunk(preq *q);
+
+/* --- gateway.c ------------------------------------------------------------------------------ */
+
+/* Load --api-keys (main, before fork): 0 or a reported sysexits code. */
+int	gateway_load_keys(proxy *p, const char *path);
+void	gateway_free_keys(proxy *p);
+/* Worker start and stop: the store (opened after fork), the router
+ * upstream.  0 or a sysexits code. */
+int	gateway_worker_init(proxy *p);
+void	gateway_worker_fini(proxy *p);
+/* A routed request on the gateway edge (instead of the router path). */
+void	gateway_accept(proxy *p, struct evhttp_request *req,
+	    const char *endpoint);
+/* The request's timer while in PQ_LOOKUP or on the gateway role. */
+void	gateway_on_timer(preq *q);
+/* Release the gateway state of a request (preq_put). */
+void	gateway_release(preq *q);
+/* Cancel a pending lookup (forward_cancel). */
+void	gateway_cancel(preq *q);
+/* Response headers toward the client (role all, start_reply): status
+ * mapping, x-request-id, the session id, and the store write on 2xx. */
+int	gateway_reply_start(preq *q, int status, const char *cluster_id);
+/* The headers of a reply the proxy makes itself (errors). */
+void	gateway_reply_headers(preq *q);
+/* Rewrite and send body bytes; flush at the end of the body. */
+void	gateway_emit(preq *q, const char *ptr, size_t len, bool flush);
+/* Pick the rewrite mode from the upstream's Content-Type. */
+void	gateway_rw_mode(preq *q, const char *ctype, size_t len);
+void	gateway_update_gauges(proxy *p);
+/* Role all, for forward.c: the engine's header block from the client's
+ * headers and the trusted ones; an upstream head's gateway facts; which
+ * upstream response headers reach the client. */
+int	gateway_engine_headers(preq *q);
+bool	gateway_client_header_passes(const char *name);
+void	gateway_note_headers(preq *q, const h1_resp *r);
+bool	gateway_response_passes(preq *q, const char *name, size_t nl);
+bool	gateway_idle(proxy *p);			/* no store write pending */
+
+/* --- gwjson.c ------------------------------------------------------------------------------- */
+
+enum { GJ_FOUND = 0, GJ_ABSENT, GJ_MORE };
+/* Find the top-level "model" member's value in the JSON text s[0..n):
+ * GJ_FOUND with its token span [*voff, *voff + *vlen), GJ_ABSENT (not an
+ * object, malformed, or no such member), GJ_MORE (the text ends first). */
+int	gj_find_model(const char *s, size_t n, size_t *voff, size_t *vlen);
+/* s[0..n) as a JSON string literal (quotes included), malloc'd; NULL:
+ * out of memory. */
+char	*gj_quote(const char *s, size_t n, size_t *outlen);
+
 /* --- stats.c --------------------------------------------------------------------------------- */
 
 int	stats_init(proxy *p);
@@ -386,6 +545,9 @@ void	cstates_free(proxy *p);
 /* --- metrics.c ------------------------------------------------------------------------------- */
 
 int	metrics_declare(sg_metrics *reg, const char *prefix, pmetrics *m,
+	    sg_error *err);
+/* The llm_api_gateway_* families; with zero series: every label value. */
+int	metrics_declare_gateway(sg_metrics *reg, pmetrics *m, bool zero,
 	    sg_error *err);
 void	metrics_request(preq *q, const char *server, int status);
 void	metrics_attempt(preq *q, const char *server, const char *result);

@@ -121,6 +121,7 @@ route_fail(preq *q, int status, const char *code, const char *msg)
 		if (q->close_after)
 			evhttp_add_header(evhttp_request_get_output_headers(
 			    q->req), "Connection", "close");
+		gateway_reply_headers(q);
 		if (status == 503 && strcmp(code, "overloaded_error") == 0)
 			http_send_overloaded(q->req);
 		else
@@ -268,17 +269,44 @@ route_on_timer(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (q->phase == PQ_ROUTING)
+	if (q->phase == PQ_LOOKUP || (q->gw.on &&
+	    q->p->conf->role_id == ROLE_GATEWAY))
+		gateway_on_timer(q);
+	else if (q->phase == PQ_ROUTING)
 		route_step(q);
 	else
 		forward_idle_check(q);
 }
 
 void
-route_start(preq *q)
+route_attach(preq *q)
 {
 	proxy *p = q->p;
 	const char *tp;
+
+	if (q->attached)
+		return;
+	q->attached = true;
+	q->conn = evhttp_request_get_connection(q->req);
+	if (q->conn != NULL) {
+		evhttp_connection_set_closecb(q->conn, forward_close_client, q);
+		forward_watch_client(q);
+	}
+	tp = evhttp_find_header(evhttp_request_get_input_headers(q->req),
+	    "traceparent");
+	q->has_parent = tp != NULL && otlp_traceparent_parse(tp, strlen(tp),
+	    &q->parent);
+	otlp_span_start(p->otlp, &q->span, OTLP_SPAN_REQUEST, OTLP_KIND_SERVER,
+	    q->has_parent ? &q->parent : NULL);
+	otlp_span_str(&q->span, "request.endpoint", q->endpoint);
+	p->inflight++;
+	sg_series_add(sg_metric_series(p->m.inflight, NULL), 1);
+}
+
+void
+route_start(preq *q)
+{
+	proxy *p = q->p;
 	size_t i;
 
 	q->gen = p->gen;
@@ -296,24 +324,11 @@ route_start(preq *q)
 	for (i = 0; i < q->sr.nexcluded; i++)
 		if (preq_exclude(q, q->sr.excluded[i]) != 0)
 			break;
-	q->conn = evhttp_request_get_connection(q->req);
-	if (q->conn != NULL) {
-		evhttp_connection_set_closecb(q->conn, forward_close_client, q);
-		forward_watch_client(q);
-	}
-	tp = evhttp_find_header(evhttp_request_get_input_headers(q->req),
-	    "traceparent");
-	q->has_parent = tp != NULL && otlp_traceparent_parse(tp, strlen(tp),
-	    &q->parent);
-	otlp_span_start(p->otlp, &q->span, OTLP_SPAN_REQUEST, OTLP_KIND_SERVER,
-	    q->has_parent ? &q->parent : NULL);
-	otlp_span_str(&q->span, "request.endpoint", q->endpoint);
+	route_attach(q);
 	otlp_span_str(&q->span, "request.id", q->sr.request_id);
 	if (q->sr.routing_method != NULL)
 		otlp_span_str(&q->span, "routing.requested_algorithm",
 		    q->sr.routing_method);
-	p->inflight++;
-	sg_series_add(sg_metric_series(p->m.inflight, NULL), 1);
 	route_step(q);
 }
 

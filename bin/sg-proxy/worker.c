@@ -49,7 +49,8 @@ proxy *proxy_self;
 void
 worker_maybe_exit(proxy *p)
 {
-	if (p->draining && p->inflight == 0 && p->flushing == 0)
+	if (p->draining && p->inflight == 0 && p->flushing == 0 &&
+	    gateway_idle(p))
 		event_base_loopexit(p->base, NULL);
 }
 
@@ -107,7 +108,7 @@ start_drain(proxy *p)
 		p->bound = NULL;
 	}
 	log_simple(p, SG_LOG_INFO, "draining", NULL, NULL);
-	if (p->inflight == 0 && p->flushing == 0) {
+	if (p->inflight == 0 && p->flushing == 0 && gateway_idle(p)) {
 		event_base_loopexit(p->base, NULL);
 		return;
 	}
@@ -125,8 +126,10 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 
 	(void)what;
 	if (sig == SIGHUP) {
-		gen_reload(p);
-		forward_prepare(p);
+		if (p->gen != NULL) {
+			gen_reload(p);
+			forward_prepare(p);
+		}
 		memset(&err, 0, sizeof(err));
 		if (p->dlog != NULL && dlog_reopen(p->dlog, &err) != 0)
 			log_simple(p, SG_LOG_ERROR,
@@ -219,7 +222,7 @@ setup_h1(proxy *p)
 {
 	h1_limits lim;
 
-	if (p->conf->upstream_curl)
+	if (p->conf->upstream_curl && p->conf->role_id != ROLE_GATEWAY)
 		return 0;
 	h1_limits_default(&lim);
 	lim.connect_timeout_ms = p->conf->connect_timeout_ms;
@@ -264,6 +267,8 @@ free_pool(proxy *p)
 		free(q->excl);
 		free(q->url);
 		free(q->hblk);
+		free(q->gw.body);
+		free(q->gw.rb);
 		free(q);
 	}
 }
@@ -288,7 +293,9 @@ worker_run(proxy *p)
 		goto out;
 	if ((rc = upstream_init(p)) != 0 || (rc = setup_h1(p)) != 0 ||
 	    (rc = setup_http(p)) != 0 ||
-	    (rc = setup_extras(p)) != 0 || (rc = stats_init(p)) != 0)
+	    (rc = setup_extras(p)) != 0 ||
+	    (p->gen != NULL && (rc = stats_init(p)) != 0) ||
+	    (rc = gateway_worker_init(p)) != 0)
 		goto out;
 	rc = EX_OSERR;
 	if ((p->sig_term = evsignal_new(p->base, SIGTERM, on_signal, p)) ==
@@ -302,8 +309,9 @@ worker_run(proxy *p)
 	    evsignal_add(p->sig_hup, NULL) != 0)
 		goto out;
 	p->t_start = mono_ms();
-	stats_poll_all(p);
-	log_simple(p, SG_LOG_INFO, "worker started", "role", "router");
+	if (p->gen != NULL)
+		stats_poll_all(p);
+	log_simple(p, SG_LOG_INFO, "worker started", "role", p->conf->role);
 	event_base_dispatch(p->base);
 	rc = EX_OK;
 	log_simple(p, SG_LOG_INFO, "worker stopped", NULL, NULL);
@@ -319,6 +327,7 @@ out:
 	p->http = NULL;
 	free_pool(p);
 	stats_fini(p);
+	gateway_worker_fini(p);
 	if (p->otlp != NULL)
 		otlp_exporter_drain(p->otlp, OTLP_DRAIN_MS);
 	otlp_exporter_free(p->otlp);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # sg-proxy(8): program conventions — help, version, usage errors (64),
 # missing files (66), bad configuration (78, naming the field), --check,
-# roles not yet available, the listening address (port 0 + --port-file,
+# the roles and the gateway's settings (last-cluster flags and variables,
+# --api-keys), the listening address (port 0 + --port-file,
 # the first stdout line, 69 when the port is taken), --pid-file and a
 # clean stop.  Routing behaviour is in tests/e2e/proxy-*.bats.
 
@@ -158,15 +159,73 @@ check() {
 	[ "$status" = 78 ]
 }
 
-@test "--role gateway and --role all are refused as not yet available (78, naming --role)" {
-	local r
-	for r in gateway all; do
-		run -78 --separate-stderr "$PROXY" --role "$r" --listen 127.0.0.1:0 --clusters "$CL"
-		[[ $stderr == sg-proxy:*--role* ]] || { echo "$stderr"; false; }
-		[[ $stderr == *"not yet available"* ]]
-	done
+@test "roles: all is the default, gateway needs --router-url and takes no --clusters, unknown roles are 64" {
+	run -0 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL"
+	[ "$output" = "configuration OK" ]
+	run -0 --separate-stderr "$PROXY" --check --role all --listen 127.0.0.1:0 --clusters "$CL"
+	run -0 --separate-stderr "$PROXY" --check --role gateway --listen 127.0.0.1:0 \
+	    --router-url http://127.0.0.1:9
+	run -64 --separate-stderr "$PROXY" --check --role gateway --listen 127.0.0.1:0
+	[[ $stderr == sg-proxy:*--router-url* ]] || { echo "$stderr"; false; }
+	run -64 --separate-stderr "$PROXY" --check --role gateway --listen 127.0.0.1:0 \
+	    --router-url http://127.0.0.1:9 --clusters "$CL"
+	[[ $stderr == sg-proxy:*--clusters* ]]
+	run -64 --separate-stderr "$PROXY" --check --role gateway --listen 127.0.0.1:0 \
+	    --router-url ftp://x
+	[[ $stderr == sg-proxy:*--router-url* ]]
+	run -64 --separate-stderr "$PROXY" --check --role router --listen 127.0.0.1:0 \
+	    --clusters "$CL" --router-url http://127.0.0.1:9
+	[[ $stderr == sg-proxy:*--router-url* ]]
+	run -64 --separate-stderr "$PROXY" --check --role all --listen 127.0.0.1:0
+	[[ $stderr == sg-proxy:*--clusters* ]]
 	run -64 --separate-stderr "$PROXY" --role nonsense --listen 127.0.0.1:0 --clusters "$CL"
 	[[ $stderr == *--role* ]]
+}
+
+@test "last-cluster settings: a bad flag or variable stops startup with 78 naming it; flags win over the environment" {
+	local f
+	for f in "--last-cluster maybe" "--last-cluster-ttl 0s" "--last-cluster-ttl ten" \
+	    "--last-cluster-timeout -1ms" "--last-cluster-max-entries 0"; do
+		# shellcheck disable=SC2086
+		run -78 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" $f
+		[[ $stderr == sg-proxy:*"${f%% *}"* ]] || { echo "$f: $stderr"; false; }
+	done
+	for f in STARGATE_LAST_CLUSTER_ENABLED=maybe STARGATE_LAST_CLUSTER_TTL=0 \
+	    STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT=fast STARGATE_LAST_CLUSTER_LOCAL_MAX_ENTRIES=-3; do
+		run -78 --separate-stderr env "$f" "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL"
+		[[ $stderr == sg-proxy:*"${f%%=*}"* ]] || { echo "$f: $stderr"; false; }
+	done
+	# the flag overrides a bad variable of the same setting
+	run -0 --separate-stderr env STARGATE_LAST_CLUSTER_TTL=0 "$PROXY" --check \
+	    --listen 127.0.0.1:0 --clusters "$CL" --last-cluster-ttl 5m
+}
+
+@test "last-cluster store: an LMDB directory that cannot be used stops startup (78 naming the variable)" {
+	: >"$T/file"
+	run -78 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --last-cluster true --last-cluster-store "$T/file/sub"
+	[[ $stderr == *STARGATE_LAST_CLUSTER_STORE* ]] || { echo "$stderr"; false; }
+	run -0 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --last-cluster true --last-cluster-store "$T/store"
+	[ -d "$T/store" ]
+	# off: the store is not touched
+	run -0 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --last-cluster-store "$T/file/sub"
+}
+
+@test "--api-keys: a missing file is 66, a malformed line 78 naming file and line; router role refuses it" {
+	run -66 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --api-keys "$T/nope"
+	[[ $stderr == *"$T/nope"* ]]
+	printf '# keys\n%s tenant 3\nnot-a-hash\n' "$(printf %064d 0)" >"$T/keys"
+	run -78 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --api-keys "$T/keys"
+	[[ $stderr == *"$T/keys"*3* ]] || { echo "$stderr"; false; }
+	printf '# keys\n%s tenant 3\n%s\n' "$(printf %064d 0)" "$(printf %064d 1)" >"$T/keys"
+	run -0 --separate-stderr "$PROXY" --check --listen 127.0.0.1:0 --clusters "$CL" \
+	    --api-keys "$T/keys"
+	run -64 --separate-stderr "$PROXY" --check --role router --listen 127.0.0.1:0 \
+	    --clusters "$CL" --api-keys "$T/keys"
 }
 
 # serve [options]: start the proxy on a free port; sets PPID_, PORT.

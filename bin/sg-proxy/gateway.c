@@ -1,0 +1,1385 @@
+/*
+ * gateway.c — sg-proxy's gateway stage (SPEC.md §6, ref §7): the public
+ * edge of --role gateway and --role all.
+ *
+ * One request, in order:
+ *   1. the API key (--api-keys: SHA-256 of the bearer key, compared with
+ *      every entry in constant time; 401 otherwise), which may bind a
+ *      routing key and a priority;
+ *   2. the identity (sg_identity_parse over the JSON body): routing key
+ *      and routed model from the public model id, session source, cache
+ *      affinity key, token estimate; 400 with an OpenAI error body;
+ *   3. the body's top-level "model" rewritten to the routed model (gwjson.c,
+ *      byte for byte otherwise), so an engine sees the name it serves;
+ *   4. with the last-cluster feature on: for an eligible session (source
+ *      prompt_cache_key, conversation_id or header) a store lookup bounded
+ *      by the lookup timeout.  LMDB answers at once; a networked backend
+ *      answers later on this loop (EINPROGRESS) and the request's timer is
+ *      armed at the deadline too, so either side's timer ends the wait.
+ *      Hit: the hint; miss, error, timeout: no hint.  A session with an
+ *      affinity key that is not eligible counts as skipped;
+ *   5. the trusted headers (sg_gateway_build).  Client headers the gateway
+ *      owns (sg_gateway_inbound_owned: x-routing-key, x-priority, every
+ *      x-stargate-*, ...) never travel on, on any path and whether the
+ *      feature is on or off.  --role all turns the headers into the
+ *      router's sg_request (sg_gateway_request: what a remote router would
+ *      parse) and routes in-process (route.c); --role gateway sends them
+ *      with the request to --router-url on the native client (h1.c).
+ *
+ * Responses: every x-stargate-* and x-inference-server-* header is
+ * stripped, a 503 with exactly one x-stargate-error-code: overloaded_error
+ * becomes 529, x-request-id and (chat, Responses) x-multi-turn-session-id
+ * are set, and the public model id replaces the routed one in a unary
+ * JSON reply and in each event of a stream (Content-Length is dropped
+ * then: the reply is chunked).  On a 2xx response head with a valid
+ * serving cluster (the router's x-stargate-cluster-id, or the in-process
+ * selection), the session's entry is written: queued to the store
+ * (sg_store_put_seq never blocks), its result counted when the commit
+ * record arrives on the store's eventfd.  Non-2xx and transport errors
+ * write nothing; a store error never changes what the client gets.
+ * SIGTERM waits (within the drain bound) for pending writes.
+ *
+ * Logs name the request id, the routed model and the routing key, never
+ * the session id, affinity key or store key.
+ */
+#include <sys/queue.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sysexits.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <sodium.h>
+
+#include "../common/cli.h"
+#include "proxy.h"
+
+#define SPAN_LOOKUP	"llm-api-gateway.last_cluster_lookup"
+#define SPAN_WRITE	"llm-api-gateway.last_cluster_write"
+#define SPAN_UPSTREAM	"llm-api-gateway.upstream.llm-request-router"
+#define RW_JSON_MAX	(64u << 10)	/* unary prefix searched for "model" */
+#define RW_LINE_MAX	(1u << 20)	/* SSE line kept whole */
+#define KEYS_MAX	100000
+#define TIMEOUT_LOG_MS	1000.0		/* timeout warnings: one a second */
+
+/* --- errors the gateway answers itself ------------------------------------ */
+
+static void
+json_escaped(struct evbuffer *b, const char *s)
+{
+	size_t n;
+	char *lit = gj_quote(s, strlen(s), &n);
+
+	if (lit == NULL)
+		evbuffer_add(b, "\"\"", 2);
+	else
+		evbuffer_add(b, lit, n);
+	free(lit);
+}
+
+/* An OpenAI-style error: {"error":{"message","type","param","code"}}. */
+static void
+send_oai_error(struct evhttp_request *req, int status, const char *type,
+    const char *code, const char *msg)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+
+	evhttp_remove_header(h, "Content-Type");
+	evhttp_add_header(h, "Content-Type", "application/json");
+	evbuffer_add_printf(b, "{\"error\":{\"message\":");
+	json_escaped(b, msg);
+	evbuffer_add_printf(b, ",\"type\":");
+	json_escaped(b, type);
+	evbuffer_add_printf(b, ",\"param\":null,\"code\":");
+	if (code != NULL)
+		json_escaped(b, code);
+	else
+		evbuffer_add(b, "null", 4);
+	evbuffer_add(b, "}}\n", 3);
+	worker_track_reply(req);
+	evhttp_send_reply(req, status, http_reason(status), NULL);
+}
+
+/* Refuse a request that was never attached (no span, not in flight). */
+static void
+refuse(preq *q, int status, const char *type, const char *code,
+    const char *msg)
+{
+	gateway_reply_headers(q);
+	send_oai_error(q->req, status, type, code, msg);
+	q->req = NULL;
+	preq_put(q);
+}
+
+/* Fail an attached request. */
+static void
+gw_fail(preq *q, int status, const char *type, const char *code,
+    const char *msg)
+{
+	if (q->req != NULL) {
+		if (q->close_after)
+			evhttp_add_header(evhttp_request_get_output_headers(
+			    q->req), "Connection", "close");
+		gateway_reply_headers(q);
+		send_oai_error(q->req, status, type, code, msg);
+	}
+	otlp_span_status(&q->span, OTLP_STATUS_ERROR, code != NULL ? code :
+	    type);
+	metrics_request(q, "", status);
+	preq_finish(q, status);
+}
+
+/* --- logs ----------------------------------------------------------------- */
+
+static void
+log_store(proxy *p, const char *msg, const char *rid, const char *model,
+    const char *rk, const char *result, const char *error)
+{
+	sg_log_rec r;
+
+	sg_log_begin(&r, p->log, SG_LOG_WARN, wall_s(), msg);
+	sg_log_str(&r, "request_id", rid);
+	sg_log_str(&r, "model", model);
+	sg_log_str(&r, "routing_key", rk);
+	sg_log_str(&r, "result", result);
+	sg_log_str(&r, "error", error);
+	sg_log_end(&r);
+}
+
+/* --- API keys --------------------------------------------------------------- */
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* One line "SHA256HEX [ROUTING_KEY [PRIORITY]]" into k; -1: malformed. */
+static int
+key_line(char *line, apikey *k)
+{
+	char *f[4], *t = line;
+	size_t n = 0, i;
+	uint64_t prio;
+
+	while (*t != '\0' && n < 4) {
+		while (*t == ' ' || *t == '\t' || *t == '\r' || *t == '\n')
+			*t++ = '\0';
+		if (*t == '\0')
+			break;
+		f[n++] = t;
+		while (*t != '\0' && *t != ' ' && *t != '\t' && *t != '\r' &&
+		    *t != '\n')
+			t++;
+	}
+	if (n == 0 || n > 3 || strlen(f[0]) != 64)
+		return -1;
+	for (i = 0; i < 32; i++) {
+		int hi = hexval((unsigned char)f[0][2 * i]);
+		int lo = hexval((unsigned char)f[0][2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		k->hash[i] = (unsigned char)(hi << 4 | lo);
+	}
+	if (n >= 2 && (k->routing_key = strdup(f[1])) == NULL)
+		return -1;
+	if (n == 3) {
+		if (sg_parse_u64(f[2], strlen(f[2]), UINT32_MAX, &prio) != 0)
+			return -1;
+		k->has_priority = true;
+		k->priority = (uint32_t)prio;
+	}
+	return 0;
+}
+
+int
+gateway_load_keys(proxy *p, const char *path)
+{
+	FILE *fp;
+	char line[1024];
+	long lineno = 0;
+	int rc = 0;
+
+	if ((fp = fopen(path, "r")) == NULL) {
+		cli_complain(NULL, 0, "--api-keys: %s: %s", path,
+		    strerror(errno));
+		return errno == ENOENT ? EX_NOINPUT : EX_CONFIG;
+	}
+	while (fgets(line, sizeof(line), fp) != NULL) {
+		char *s = line, *hash;
+		apikey k, *nk;
+
+		lineno++;
+		if ((hash = strchr(s, '#')) != NULL)
+			*hash = '\0';
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s == '\0' || *s == '\n' || *s == '\r')
+			continue;
+		memset(&k, 0, sizeof(k));
+		if (key_line(s, &k) != 0) {
+			free(k.routing_key);
+			cli_complain(path, lineno, "expected SHA256HEX "
+			    "[ROUTING_KEY [PRIORITY]]");
+			rc = EX_CONFIG;
+			goto out;
+		}
+		if (p->nkeys == KEYS_MAX || (nk = realloc(p->keys,
+		    (p->nkeys + 1) * sizeof(*nk))) == NULL) {
+			free(k.routing_key);
+			cli_complain(path, lineno, "too many keys");
+			rc = EX_CONFIG;
+			goto out;
+		}
+		p->keys = nk;
+		p->keys[p->nkeys++] = k;
+	}
+	if (ferror(fp)) {
+		cli_complain(NULL, 0, "--api-keys: %s: read error", path);
+		rc = EX_IOERR;
+	}
+out:
+	fclose(fp);
+	return rc;
+}
+
+void
+gateway_free_keys(proxy *p)
+{
+	size_t i;
+
+	for (i = 0; i < p->nkeys; i++)
+		free(p->keys[i].routing_key);
+	free(p->keys);
+	p->keys = NULL;
+	p->nkeys = 0;
+}
+
+/*
+ * The entry of the request's bearer key, or NULL.  Every entry is
+ * compared (sodium_memcmp, constant time), so the time taken says nothing
+ * about which entry, or how much of one, matched.
+ */
+static const apikey *
+auth_key(proxy *p, struct evkeyvalq *in)
+{
+	const char *v = evhttp_find_header(in, "authorization");
+	unsigned char h[crypto_hash_sha256_BYTES];
+	const apikey *found = NULL;
+	size_t i, len;
+
+	if (v == NULL)
+		return NULL;
+	len = strlen(v);
+	sg_trim(&v, &len);
+	if (len < 7 || strncasecmp(v, "bearer ", 7) != 0)
+		return NULL;
+	v += 7;
+	len -= 7;
+	sg_trim(&v, &len);
+	if (len == 0)
+		return NULL;
+	crypto_hash_sha256(h, (const unsigned char *)v, len);
+	for (i = 0; i < p->nkeys; i++)
+		if (sodium_memcmp(h, p->keys[i].hash, sizeof(h)) == 0 &&
+		    found == NULL)
+			found = &p->keys[i];
+	sodium_memzero(h, sizeof(h));
+	return found;
+}
+
+/* --- the store: worker setup, writes, commit records ---------------------- */
+
+static void
+write_result(proxy *p, gwwrite *w, int rc, const char *error)
+{
+	const char *res = rc == 0 ? "ok" : "error";
+	const char *v[] = { res };
+
+	sg_series_inc(sg_metric_series(p->m.lc_writes, v));
+	otlp_span_str(&w->span, "result", res);
+	if (rc != 0) {
+		otlp_span_status(&w->span, OTLP_STATUS_ERROR, error);
+		log_store(p, "stargate last-cluster write failed", w->rid,
+		    w->model, w->rk, res, error);
+	}
+	otlp_span_end(&w->span);
+	w->next = p->wfree;
+	p->wfree = w;
+}
+
+static void
+on_store_event(evutil_socket_t fd, short what, void *arg)
+{
+	proxy *p = arg;
+	sg_store_commit recs[32];
+	size_t n, i;
+
+	(void)fd;
+	(void)what;
+	if (p->store == NULL)
+		return;
+	while ((n = sg_store_drain(p->store, recs, 32)) > 0)
+		for (i = 0; i < n; i++)
+			while (p->wq != NULL && p->wq->seq <= recs[i].ops_done) {
+				gwwrite *w = p->wq;
+
+				if ((p->wq = w->next) == NULL)
+					p->wq_tail = NULL;
+				p->wpending--;
+				write_result(p, w, recs[i].rc, recs[i].rc == 0 ?
+				    NULL : sg_strerror(recs[i].rc));
+			}
+	worker_maybe_exit(p);
+}
+
+bool
+gateway_idle(proxy *p)
+{
+	return p->wpending == 0;
+}
+
+static void
+copy_label(char *dst, size_t cap, const char *s)
+{
+	snprintf(dst, cap, "%s", s != NULL ? s : "");
+}
+
+/* Queue the session's entry: cluster id cl served it. */
+static void
+remember(preq *q, const char *cl)
+{
+	proxy *p = q->p;
+	gwwrite *w;
+	sg_error err;
+	int rc;
+
+	if ((w = p->wfree) != NULL)
+		p->wfree = w->next;
+	else if ((w = calloc(1, sizeof(*w))) == NULL)
+		return;
+	w->next = NULL;
+	w->seq = 0;
+	copy_label(w->rid, sizeof(w->rid), q->gw.rid);
+	copy_label(w->model, sizeof(w->model), q->gw.id.model);
+	copy_label(w->rk, sizeof(w->rk), q->gw.id.routing_key);
+	otlp_span_start(p->otlp, &w->span, SPAN_WRITE, OTLP_KIND_INTERNAL,
+	    &q->span.ctx);
+	if (q->gw.id.routing_key != NULL)
+		otlp_span_str(&w->span, "nvcf.function.id",
+		    q->gw.id.routing_key);
+	q->gw.remembered = true;
+	memset(&err, 0, sizeof(err));
+	rc = p->store == NULL ? SG_ESTORE : sg_store_put_seq(p->store,
+	    q->gw.key, SG_LC_KEY_LEN, cl, strlen(cl), &w->seq, &err);
+	if (rc != 0) {
+		write_result(p, w, rc, err.text[0] != '\0' ? err.text :
+		    p->store == NULL ? "no store" : sg_strerror(rc));
+		return;
+	}
+	if (p->wq_tail != NULL)
+		p->wq_tail->next = w;
+	else
+		p->wq = w;
+	p->wq_tail = w;
+	p->wpending++;
+}
+
+int
+gateway_worker_init(proxy *p)
+{
+	const pconf *c = p->conf;
+	sg_store_opts o;
+	sg_error err;
+	sg_log_rec r;
+	int rc, fd;
+
+	if (c->role_id == ROLE_GATEWAY) {
+		if ((rc = h1_upstream_get(p->h1, c->router_url,
+		    &p->router_up)) != 0) {
+			fprintf(stderr, "sg-proxy: --router-url: %s: %s\n",
+			    c->router_url, strerror(rc));
+			return EX_CONFIG;
+		}
+	}
+	if (!c->lc.enabled)
+		return 0;
+	sg_store_opts_init(&o);
+	sg_lcconf_store_opts(&c->lc, &o);
+	o.create = true;
+	o.events = true;
+	o.event_base = p->base;
+	memset(&err, 0, sizeof(err));
+	if ((rc = sg_store_open(&p->store, &o, &err)) != 0) {
+		/* fail open: every eligible lookup counts as an error */
+		p->store = NULL;
+		sg_log_begin(&r, p->log, SG_LOG_ERROR, wall_s(),
+		    "last-cluster store unavailable");
+		sg_log_str(&r, "backend", sg_lc_backend_name(c->lc.backend));
+		sg_log_str(&r, "error", err.text[0] != '\0' ? err.text :
+		    sg_strerror(rc));
+		sg_log_end(&r);
+		return 0;
+	}
+	if ((fd = sg_store_event_fd(p->store)) >= 0) {
+		p->store_ev = event_new(p->base, fd, EV_READ | EV_PERSIST,
+		    on_store_event, p);
+		if (p->store_ev == NULL || event_add(p->store_ev, NULL) != 0)
+			return EX_OSERR;
+	}
+	return 0;
+}
+
+void
+gateway_worker_fini(proxy *p)
+{
+	gwwrite *w;
+
+	if (p->store != NULL) {
+		/* flush what is queued, then take the last records */
+		(void)sg_store_flush(p->store, NULL);
+		on_store_event(-1, 0, p);
+	}
+	while ((w = p->wq) != NULL) {
+		p->wq = w->next;
+		write_result(p, w, SG_ESTORE, "not committed at shutdown");
+	}
+	p->wq_tail = NULL;
+	p->wpending = 0;
+	if (p->store_ev != NULL)
+		event_free(p->store_ev);
+	p->store_ev = NULL;
+	sg_store_close(p->store);
+	p->store = NULL;
+	while ((w = p->wfree) != NULL) {
+		p->wfree = w->next;
+		free(w);
+	}
+}
+
+void
+gateway_update_gauges(proxy *p)
+{
+	if (p->m.lc_conn != NULL && p->conf->lc.enabled)
+		sg_series_set(sg_metric_series(p->m.lc_conn, NULL),
+		    p->store != NULL && sg_store_connected(p->store) ? 1 : 0);
+}
+
+/* --- reply headers and the response rewrite -------------------------------- */
+
+void
+gateway_reply_headers(preq *q)
+{
+	struct evkeyvalq *out;
+
+	if (q->req == NULL || !q->gw.on)
+		return;
+	out = evhttp_request_get_output_headers(q->req);
+	evhttp_remove_header(out, "x-request-id");
+	if (q->gw.rid[0] != '\0')
+		evhttp_add_header(out, "x-request-id", q->gw.rid);
+	evhttp_remove_header(out, "x-multi-turn-session-id");
+	if (q->gw.id.session_id != NULL)
+		evhttp_add_header(out, "x-multi-turn-session-id",
+		    q->gw.id.session_id);
+}
+
+int
+gateway_reply_start(preq *q, int status, const char *cluster_id)
+{
+	gwreq *g = &q->gw;
+
+	gateway_reply_headers(q);
+	if (status >= 200 && status < 300 && g->has_key && !g->remembered &&
+	    cluster_id != NULL &&
+	    sg_lc_cluster_id_valid(cluster_id, strlen(cluster_id)))
+		remember(q, cluster_id);
+	if (status == 503 && g->uerrcodes == 1 && g->uoverloaded)
+		return 529;
+	return status;
+}
+
+void
+gateway_rw_mode(preq *q, const char *ctype, size_t len)
+{
+	q->gw.rw = RW_NONE;
+	if (q->gw.pub == NULL || q->gw.routed == NULL ||
+	    (q->gw.publen == q->gw.routedlen &&
+	    memcmp(q->gw.pub, q->gw.routed, q->gw.publen) == 0))
+		return;
+	if (len >= 17 && strncasecmp(ctype, "text/event-stream", 17) == 0)
+		q->gw.rw = RW_SSE;
+	else if (len >= 16 && strncasecmp(ctype, "application/json", 16) == 0)
+		q->gw.rw = RW_JSON;
+}
+
+static int
+rb_add(gwreq *g, const char *p, size_t n)
+{
+	if (g->rblen + n > g->rbcap) {
+		size_t cap = g->rbcap == 0 ? 4096 : g->rbcap;
+		char *nb;
+
+		while (cap < g->rblen + n)
+			cap *= 2;
+		if ((nb = realloc(g->rb, cap)) == NULL)
+			return -1;
+		g->rb = nb;
+		g->rbcap = cap;
+	}
+	memcpy(g->rb + g->rblen, p, n);
+	g->rblen += n;
+	return 0;
+}
+
+/* s[0..n) with the value at [voff, voff+vlen) replaced by the public id
+ * when it is the routed model's literal. */
+static void
+emit_swapped(preq *q, const char *s, size_t n, size_t voff, size_t vlen)
+{
+	gwreq *g = &q->gw;
+
+	if (vlen == g->routedlen && memcmp(s + voff, g->routed, vlen) == 0) {
+		evbuffer_add(q->chunk, s, voff);
+		evbuffer_add(q->chunk, g->pub, g->publen);
+		evbuffer_add(q->chunk, s + voff + vlen, n - voff - vlen);
+	} else
+		evbuffer_add(q->chunk, s, n);
+}
+
+static void
+json_step(preq *q, const char *ptr, size_t len, bool flush)
+{
+	gwreq *g = &q->gw;
+	size_t voff, vlen;
+	int r;
+
+	if (len > 0 && rb_add(g, ptr, len) != 0) {
+		evbuffer_add(q->chunk, g->rb, g->rblen);
+		evbuffer_add(q->chunk, ptr, len);
+		g->rblen = 0;
+		g->rw_done = true;
+		return;
+	}
+	r = gj_find_model(g->rb, g->rblen, &voff, &vlen);
+	if (r == GJ_MORE && !flush && g->rblen < RW_JSON_MAX)
+		return;
+	if (r == GJ_FOUND)
+		emit_swapped(q, g->rb, g->rblen, voff, vlen);
+	else
+		evbuffer_add(q->chunk, g->rb, g->rblen);
+	g->rblen = 0;
+	g->rw_done = true;
+}
+
+/* One complete event-stream line s[0..n) (with its newline). */
+static void
+sse_line(preq *q, const char *s, size_t n)
+{
+	size_t j = 5, e = n, voff, vlen;
+
+	if (n < 5 || memcmp(s, "data:", 5) != 0) {
+		evbuffer_add(q->chunk, s, n);
+		return;
+	}
+	while (e > j && (s[e - 1] == '\n' || s[e - 1] == '\r'))
+		e--;
+	if (j < e && s[j] == ' ')
+		j++;
+	if (gj_find_model(s + j, e - j, &voff, &vlen) == GJ_FOUND)
+		emit_swapped(q, s, n, j + voff, vlen);
+	else
+		evbuffer_add(q->chunk, s, n);
+}
+
+static void
+sse_step(preq *q, const char *ptr, size_t len, bool flush)
+{
+	gwreq *g = &q->gw;
+	const char *nl;
+	size_t start = 0;
+
+	if (g->rw_midline) {
+		if ((nl = memchr(ptr, '\n', len)) == NULL) {
+			evbuffer_add(q->chunk, ptr, len);
+			return;
+		}
+		evbuffer_add(q->chunk, ptr, (size_t)(nl - ptr) + 1);
+		len -= (size_t)(nl - ptr) + 1;
+		ptr = nl + 1;
+		g->rw_midline = false;
+	}
+	if (len > 0 && rb_add(g, ptr, len) != 0) {
+		evbuffer_add(q->chunk, g->rb, g->rblen);
+		evbuffer_add(q->chunk, ptr, len);
+		g->rblen = 0;
+		g->rw_midline = true;
+		return;
+	}
+	while (start < g->rblen && (nl = memchr(g->rb + start, '\n',
+	    g->rblen - start)) != NULL) {
+		size_t end = (size_t)(nl - g->rb) + 1;
+
+		sse_line(q, g->rb + start, end - start);
+		start = end;
+	}
+	if (start > 0) {
+		memmove(g->rb, g->rb + start, g->rblen - start);
+		g->rblen -= start;
+	}
+	if (flush || g->rblen > RW_LINE_MAX) {
+		evbuffer_add(q->chunk, g->rb, g->rblen);
+		g->rw_midline = !flush && g->rblen > 0;
+		g->rblen = 0;
+	}
+}
+
+void
+gateway_emit(preq *q, const char *ptr, size_t len, bool flush)
+{
+	gwreq *g = &q->gw;
+
+	if (g->rw == RW_JSON && !g->rw_done)
+		json_step(q, ptr, len, flush);
+	else if (g->rw == RW_SSE)
+		sse_step(q, ptr, len, flush);
+	else if (len > 0)
+		evbuffer_add(q->chunk, ptr, len);
+	if (evbuffer_get_length(q->chunk) > 0)
+		forward_send_chunk(q);
+}
+
+/* --- the gateway role's forward to the router -------------------------- */
+
+static bool
+hop_by_hop(const char *name, size_t len)
+{
+	static const char *const l[] = {
+		"connection", "proxy-connection", "keep-alive",
+		"transfer-encoding", "te", "trailer", "upgrade", "host",
+		"content-length", "expect", "traceparent", NULL,
+	};
+	size_t i;
+
+	for (i = 0; l[i] != NULL; i++)
+		if (strlen(l[i]) == len && strncasecmp(l[i], name, len) == 0)
+			return true;
+	return false;
+}
+
+/* Does the client header travel on?  Not hop-by-hop, not the gateway's
+ * own (replaced by the trusted headers), not x-request-id (resolved). */
+bool
+gateway_client_header_passes(const char *name)
+{
+	return !hop_by_hop(name, strlen(name)) &&
+	    !sg_gateway_inbound_owned(name) &&
+	    strcasecmp(name, "x-request-id") != 0;
+}
+
+/* The trusted headers for an in-process router's engine request (role
+ * all): the client's headers that pass, plus those trusted headers a
+ * remote router would pass on to the engine (header_forbidden applies). */
+int
+gateway_engine_headers(preq *q)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
+	struct evkeyval *kv;
+	size_t i;
+
+	TAILQ_FOREACH(kv, in, next) {
+		size_t nl = strlen(kv->key);
+
+		if (header_forbidden(kv->key, nl) ||
+		    !gateway_client_header_passes(kv->key))
+			continue;
+		if (forward_hblk_add(q, kv->key, nl, kv->value,
+		    strlen(kv->value)) != 0)
+			return -1;
+	}
+	for (i = 0; i < q->gw.gh.n; i++) {
+		const sg_header *h = &q->gw.gh.h[i];
+		size_t nl = strlen(h->name);
+
+		if (header_forbidden(h->name, nl))
+			continue;
+		if (forward_hblk_add(q, h->name, nl, h->value,
+		    strlen(h->value)) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+router_headers(preq *q)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
+	struct evkeyval *kv;
+	char tp[OTLP_TRACEPARENT_LEN + 1];
+	size_t i;
+
+	q->hblen = 0;
+	TAILQ_FOREACH(kv, in, next) {
+		if (!gateway_client_header_passes(kv->key))
+			continue;
+		if (forward_hblk_add(q, kv->key, strlen(kv->key), kv->value,
+		    strlen(kv->value)) != 0)
+			return -1;
+	}
+	for (i = 0; i < q->gw.gh.n; i++) {
+		const sg_header *h = &q->gw.gh.h[i];
+
+		if (forward_hblk_add(q, h->name, strlen(h->name), h->value,
+		    strlen(h->value)) != 0)
+			return -1;
+	}
+	otlp_span_traceparent(&q->aspan, tp);
+	return forward_hblk_add(q, "traceparent", 11, tp, strlen(tp));
+}
+
+static void
+g_start_reply(preq *q)
+{
+	int up = q->ustatus, status = gateway_reply_start(q, up,
+	    q->gw.ucluster[0] != '\0' ? q->gw.ucluster : NULL);
+
+	if (q->close_after)
+		evhttp_add_header(evhttp_request_get_output_headers(q->req),
+		    "Connection", "close");
+	q->phase = PQ_STREAMING;
+	otlp_span_int(&q->aspan, "proxy.upstream_status", up);
+	q->ustatus = status;
+	evhttp_send_reply_start(q->req, status, status != up ||
+	    q->ureason[0] == '\0' ? http_reason(status) : q->ureason);
+}
+
+static void
+note_header(preq *q, const h1_header *h, const char **ctype, size_t *ctlen)
+{
+	gwreq *g = &q->gw;
+	size_t nl = h->name_len, vl = h->value_len;
+
+	if (nl == 21 && strncasecmp(h->name, "x-stargate-cluster-id", 21) == 0) {
+		if (vl > 0 && vl <= SG_ID_MAX &&
+		    sg_lc_cluster_id_valid(h->value, vl)) {
+			memcpy(g->ucluster, h->value, vl);
+			g->ucluster[vl] = '\0';
+		}
+	} else if (nl == 21 && strncasecmp(h->name, "x-stargate-error-code",
+	    21) == 0) {
+		g->uerrcodes++;
+		g->uoverloaded = vl == 16 &&
+		    memcmp(h->value, "overloaded_error", 16) == 0;
+	} else if (nl == 12 && strncasecmp(h->name, "content-type", 12) == 0) {
+		*ctype = h->value;
+		*ctlen = vl;
+	}
+}
+
+/* Record what the gateway needs from an upstream response head (role all
+ * calls this from forward.c too) and pick the rewrite mode. */
+void
+gateway_note_headers(preq *q, const h1_resp *r)
+{
+	const char *ctype = "";
+	size_t ctlen = 0, i;
+
+	q->gw.ucluster[0] = '\0';
+	q->gw.uerrcodes = 0;
+	q->gw.uoverloaded = false;
+	for (i = 0; i < r->nheaders; i++)
+		note_header(q, &r->headers[i], &ctype, &ctlen);
+	gateway_rw_mode(q, ctype, ctlen);
+}
+
+/* Does an upstream response header reach the client?  Never the
+ * x-stargate-* and x-inference-server-* ones (sg_gateway_response_stripped
+ * on a NUL-terminated copy), nor those the gateway sets itself. */
+bool
+gateway_response_passes(preq *q, const char *name, size_t nl)
+{
+	char buf[64];
+
+	if (nl >= 11 && strncasecmp(name, "x-stargate-", 11) == 0)
+		return false;
+	if (nl < sizeof(buf)) {
+		memcpy(buf, name, nl);
+		buf[nl] = '\0';
+		if (sg_gateway_response_stripped(buf))
+			return false;
+	}
+	if ((nl == 12 && strncasecmp(name, "x-request-id", 12) == 0) ||
+	    (nl == 23 && strncasecmp(name, "x-multi-turn-session-id", 23) ==
+	    0))
+		return false;
+	if (nl == 14 && strncasecmp(name, "content-length", 14) == 0)
+		return q->gw.rw == RW_NONE;
+	return !hop_by_hop(name, nl);
+}
+
+static int
+g_headers(void *arg, const h1_resp *r)
+{
+	preq *q = arg;
+	struct evkeyvalq *out;
+	char *buf = q->p->hbuf;
+	size_t i;
+
+	q->last_data_ms = mono_ms();
+	q->got_bytes = true;
+	q->ustatus = r->status;
+	snprintf(q->ureason, sizeof(q->ureason), "%.*s", (int)(r->reason_len <
+	    sizeof(q->ureason) ? r->reason_len : sizeof(q->ureason) - 1),
+	    r->reason);
+	if (q->req == NULL)
+		return H1_ABORT;
+	gateway_note_headers(q, r);
+	out = evhttp_request_get_output_headers(q->req);
+	for (i = 0; i < r->nheaders; i++) {
+		const h1_header *h = &r->headers[i];
+		size_t nl = h->name_len, vl = h->value_len;
+
+		if (!gateway_response_passes(q, h->name, nl) ||
+		    nl + vl + 2 > q->p->hbufcap)
+			continue;
+		memcpy(buf, h->name, nl);
+		buf[nl] = '\0';
+		memcpy(buf + nl + 1, h->value, vl);
+		buf[nl + 1 + vl] = '\0';
+		evhttp_add_header(out, buf, buf + nl + 1);
+	}
+	g_start_reply(q);
+	return H1_CONTINUE;
+}
+
+static void g_over(preq *q, bool ok, const char *error);
+
+static void
+g_data(void *arg, const char *ptr, size_t len)
+{
+	preq *q = arg;
+
+	q->last_data_ms = mono_ms();
+	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL) {
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		g_over(q, false, "client gone");
+		return;
+	}
+	gateway_emit(q, ptr, len, false);
+}
+
+static void
+g_over(preq *q, bool ok, const char *error)
+{
+	int status = q->ustatus;
+	sg_log_rec r;
+
+	if (q->phase != PQ_STREAMING) {
+		sg_log_begin(&r, q->p->log, SG_LOG_WARN, wall_s(),
+		    "router request failed");
+		sg_log_str(&r, "request_id", q->gw.rid);
+		sg_log_str(&r, "error", error);
+		sg_log_end(&r);
+		otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, error);
+		forward_cancel(q);
+		if (q->req != NULL)
+			evhttp_clear_headers(evhttp_request_get_output_headers(
+			    q->req));
+		gw_fail(q, 502, "api_error", "upstream_error",
+		    "upstream request failed");
+		return;
+	}
+	if (ok && q->req != NULL)
+		gateway_emit(q, NULL, 0, true);
+	forward_cancel(q);
+	if (!ok)
+		forward_abort_client(q);
+	else if (q->req != NULL) {
+		worker_track_reply(q->req);
+		evhttp_send_reply_end(q->req);
+	}
+	metrics_request(q, q->gw.ucluster, status);
+	preq_finish(q, status);
+}
+
+static void
+g_done(void *arg, int err)
+{
+	preq *q = arg;
+
+	q->hx = NULL;
+	g_over(q, err == H1_OK, h1_strerror(err));
+}
+
+static const h1_cbs router_cbs = { g_headers, g_data, g_done };
+
+static void
+to_router(preq *q)
+{
+	proxy *p = q->p;
+	const char *uri = evhttp_request_get_uri(q->req);
+	struct timeval tv;
+	h1_req r;
+
+	q->phase = PQ_UPSTREAM;
+	q->attempts++;
+	q->ustatus = 0;
+	q->ureason[0] = '\0';
+	q->got_bytes = q->paused = false;
+	q->attempt_t0 = q->last_data_ms = mono_ms();
+	otlp_span_start(p->otlp, &q->aspan, SPAN_UPSTREAM, OTLP_KIND_CLIENT,
+	    &q->span.ctx);
+	if (router_headers(q) != 0) {
+		gw_fail(q, 500, "api_error", "internal_error",
+		    "out of memory");
+		return;
+	}
+	memset(&r, 0, sizeof(r));
+	r.method = "POST";
+	r.prefix = h1_url_path(p->conf->router_url, &r.prefix_len);
+	r.target = uri;
+	r.target_len = strlen(uri);
+	r.hdrs = q->hblk;
+	r.hdrs_len = q->hblen;
+	r.body = q->gw.body;
+	r.body_len = q->gw.blen;
+	ms_to_tv((double)p->conf->upstream_timeout_ms, &tv);
+	evtimer_add(q->timer, &tv);
+	if ((q->hx = h1_start(p->h1, p->router_up, &r, &router_cbs, q)) ==
+	    NULL)
+		gw_fail(q, 500, "api_error", "internal_error",
+		    "out of memory");
+}
+
+static void
+idle_check(preq *q)
+{
+	double idle = mono_ms() - q->last_data_ms;
+	double limit = (double)q->p->conf->upstream_timeout_ms;
+	struct timeval tv;
+
+	if (q->paused || idle < limit) {
+		ms_to_tv(q->paused ? limit : limit - idle, &tv);
+		evtimer_add(q->timer, &tv);
+		return;
+	}
+	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "idle timeout");
+	if (q->phase == PQ_STREAMING) {
+		int status = q->ustatus;
+
+		forward_cancel(q);
+		forward_abort_client(q);
+		metrics_request(q, q->gw.ucluster, status);
+		preq_finish(q, status);
+		return;
+	}
+	forward_cancel(q);
+	if (q->req != NULL)
+		evhttp_clear_headers(evhttp_request_get_output_headers(q->req));
+	gw_fail(q, 504, "api_error", "upstream_timeout", "upstream timed out");
+}
+
+/* --- after the lookup: the trusted headers, then route or forward ------- */
+
+static void
+proceed(preq *q)
+{
+	proxy *p = q->p;
+	gwreq *g = &q->gw;
+	const sg_algdef *def;
+	sg_error err;
+	int rc;
+
+	q->phase = PQ_ROUTING;
+	g->rt.request_id = g->rid;
+	g->rt.last_cluster_id = g->hint[0] != '\0' ? g->hint : NULL;
+	memset(&err, 0, sizeof(err));
+	if ((rc = sg_gateway_build(&g->gh, &g->id, &g->rt, &err)) != 0 ||
+	    (rc = sg_gateway_request(&q->sr, &g->gh, &err)) != 0) {
+		if (rc == SG_EREQUEST)
+			gw_fail(q, err.status != 0 ? err.status : 400,
+			    "invalid_request_error", NULL, err.text);
+		else
+			gw_fail(q, 500, "api_error", "internal_error",
+			    err.text[0] != '\0' ? err.text : sg_strerror(rc));
+		return;
+	}
+	if (p->conf->role_id == ROLE_GATEWAY) {
+		to_router(q);
+		return;
+	}
+	if ((rc = sg_lbconf_resolve(p->lb, q->sr.model, q->sr.routing_method,
+	    q->sr.routing_method_invalid, &def, &err)) != 0) {
+		if (rc == SG_EREQUEST && err.status != 0) {
+			route_fail(q, err.status, err.code[0] != '\0' ?
+			    err.code : "invalid_request", err.text);
+		} else
+			gw_fail(q, 500, "api_error", "internal_error",
+			    sg_strerror(rc));
+		return;
+	}
+	route_start(q);
+}
+
+static const char *const lookup_results[] = {
+	"hit", "miss", "error", "timeout", "skipped",
+};
+enum { LK_HIT, LK_MISS, LK_ERROR, LK_TIMEOUT, LK_SKIPPED };
+
+static void
+count_lookup(proxy *p, int res)
+{
+	const char *v[] = { lookup_results[res] };
+
+	sg_series_inc(sg_metric_series(p->m.lc_lookups, v));
+}
+
+static void
+lookup_done(preq *q, int rc, const char *error)
+{
+	proxy *p = q->p;
+	gwreq *g = &q->gw;
+	double secs = (double)(sg_store_mono_ns() - g->lk_t0) / 1e9;
+	int res;
+
+	if (rc == 0 && sg_lc_cluster_id_valid(g->lk.entry.cluster_id,
+	    g->lk.entry.cluster_id_len)) {
+		res = LK_HIT;
+		memcpy(g->hint, g->lk.entry.cluster_id,
+		    g->lk.entry.cluster_id_len);
+		g->hint[g->lk.entry.cluster_id_len] = '\0';
+	} else if (rc == 0 || rc == SG_ENOTFOUND)
+		res = LK_MISS;
+	else if (rc == ETIMEDOUT || rc == EBUSY)
+		res = LK_TIMEOUT;
+	else
+		res = LK_ERROR;
+	count_lookup(p, res);
+	sg_series_observe(sg_metric_series(p->m.lc_dur, NULL), secs);
+	otlp_span_str(&g->lspan, "result", lookup_results[res]);
+	if (res == LK_ERROR || res == LK_TIMEOUT) {
+		double now = mono_ms();
+
+		otlp_span_status(&g->lspan, OTLP_STATUS_ERROR,
+		    lookup_results[res]);
+		if (res == LK_ERROR || now - p->last_timeout_log >=
+		    TIMEOUT_LOG_MS) {
+			if (res == LK_TIMEOUT)
+				p->last_timeout_log = now;
+			log_store(p, "stargate last-cluster lookup failed",
+			    g->rid, g->id.model, g->id.routing_key,
+			    lookup_results[res], error != NULL ? error :
+			    sg_strerror(rc));
+		}
+	}
+	otlp_span_end(&g->lspan);
+	proceed(q);
+}
+
+static void
+on_lookup(sg_store_lookup_req *req, void *arg)
+{
+	preq *q = arg;
+
+	(void)req;
+	if (!q->gw.lk_pending)
+		return;
+	q->gw.lk_pending = false;
+	evtimer_del(q->timer);
+	lookup_done(q, q->gw.lk.rc, q->gw.lk.err.text[0] != '\0' ?
+	    q->gw.lk.err.text : NULL);
+}
+
+void
+gateway_cancel(preq *q)
+{
+	if (q->gw.lk_pending && q->p->store != NULL)
+		sg_store_lookup_cancel(q->p->store, &q->gw.lk);
+	q->gw.lk_pending = false;
+}
+
+void
+gateway_on_timer(preq *q)
+{
+	if (q->phase == PQ_LOOKUP) {
+		if (!q->gw.lk_pending)
+			return;
+		gateway_cancel(q);
+		lookup_done(q, ETIMEDOUT, "lookup deadline passed");
+		return;
+	}
+	idle_check(q);
+}
+
+/* Step 4: the store, for eligible sessions with the feature on. */
+static void
+lookup(preq *q)
+{
+	proxy *p = q->p;
+	gwreq *g = &q->gw;
+	uint64_t deadline;
+	struct timeval tv;
+	int rc;
+
+	if (!p->conf->lc.enabled || g->id.cache_affinity_key == NULL) {
+		proceed(q);
+		return;
+	}
+	if (sg_gateway_store_key(&g->id, g->key) != 0) {
+		count_lookup(p, LK_SKIPPED);
+		proceed(q);
+		return;
+	}
+	g->has_key = true;
+	g->lk_t0 = sg_store_mono_ns();
+	deadline = g->lk_t0 + p->conf->lc.lookup_timeout_ns;
+	otlp_span_start(p->otlp, &g->lspan, SPAN_LOOKUP, OTLP_KIND_INTERNAL,
+	    &q->span.ctx);
+	if (g->id.routing_key != NULL)
+		otlp_span_str(&g->lspan, "nvcf.function.id", g->id.routing_key);
+	if (p->store == NULL || !sg_store_connected(p->store)) {
+		lookup_done(q, SG_ESTORE, p->store == NULL ? "no store" :
+		    "store not connected");
+		return;
+	}
+	memset(&g->lk, 0, sizeof(g->lk));
+	rc = sg_store_lookup_start(p->store, &g->lk, g->key, SG_LC_KEY_LEN,
+	    deadline, on_lookup, q);
+	if (rc == EINPROGRESS) {
+		q->phase = PQ_LOOKUP;
+		g->lk_pending = true;
+		ms_to_tv((double)(deadline - g->lk_t0) / 1e6, &tv);
+		evtimer_add(q->timer, &tv);
+		return;
+	}
+	lookup_done(q, rc == 0 ? g->lk.rc : rc, g->lk.err.text[0] != '\0' ?
+	    g->lk.err.text : NULL);
+}
+
+/* --- accepting a request --------------------------------------------------- */
+
+/* x-request-id under the optional-string rule, else a new UUID. */
+static void
+request_id(preq *q, struct evkeyvalq *in)
+{
+	static const char hex[] = "0123456789abcdef";
+	const char *v = evhttp_find_header(in, "x-request-id"), *t;
+	uint8_t b[OTLP_TRACE_ID_LEN];
+	size_t tlen, i, o = 0;
+
+	if (v != NULL && sg_optional_string(v, strlen(v), &t, &tlen) &&
+	    tlen < sizeof(q->gw.rid)) {
+		memcpy(q->gw.rid, t, tlen);
+		q->gw.rid[tlen] = '\0';
+		return;
+	}
+	otlp_random_trace_id(b);
+	b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+	b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+	for (i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			q->gw.rid[o++] = '-';
+		q->gw.rid[o++] = hex[b[i] >> 4];
+		q->gw.rid[o++] = hex[b[i] & 15];
+	}
+	q->gw.rid[o] = '\0';
+}
+
+static int
+endpoint_id(const char *label)
+{
+	if (strcmp(label, "chat_completions") == 0)
+		return SG_ENDPOINT_CHAT;
+	if (strcmp(label, "completions") == 0)
+		return SG_ENDPOINT_COMPLETIONS;
+	if (strcmp(label, "responses") == 0)
+		return SG_ENDPOINT_RESPONSES;
+	return SG_ENDPOINT_EMBEDDINGS;
+}
+
+/*
+ * The rewritten body: the top-level "model" value (the public id, kept
+ * as the client wrote it for the response rewrite) replaced by the routed
+ * model's literal.  0, or -1 (out of memory).
+ */
+static int
+rewrite_body(gwreq *g, const char *b, size_t n)
+{
+	size_t voff = 0, vlen = 0, need;
+
+	free(g->pub);
+	free(g->routed);
+	g->pub = g->routed = NULL;
+	if (gj_find_model(b, n, &voff, &vlen) != GJ_FOUND || vlen < 2 ||
+	    b[voff] != '"') {
+		/* cannot happen for a body whose model parsed */
+		voff = vlen = 0;
+	} else {
+		if ((g->pub = malloc(vlen + 1)) == NULL)
+			return -1;
+		memcpy(g->pub, b + voff, vlen);
+		g->pub[vlen] = '\0';
+		g->publen = vlen;
+		if ((g->routed = gj_quote(g->id.model, strlen(g->id.model),
+		    &g->routedlen)) == NULL)
+			return -1;
+	}
+	need = n - vlen + g->routedlen + 1;
+	if (need > g->bcap) {
+		char *nb = realloc(g->body, need);
+
+		if (nb == NULL)
+			return -1;
+		g->body = nb;
+		g->bcap = need;
+	}
+	memcpy(g->body, b, voff);
+	if (g->routed != NULL)
+		memcpy(g->body + voff, g->routed, g->routedlen);
+	memcpy(g->body + voff + g->routedlen, b + voff + vlen,
+	    n - voff - vlen);
+	g->blen = n - vlen + g->routedlen;
+	return 0;
+}
+
+/* The API key binds a routing key: a model id without one gets it. */
+static int
+tenant_model(json_t *body, const apikey *k)
+{
+	json_t *m = json_object_get(body, "model");
+	const char *s = json_string_value(m);
+	char *full;
+	size_t n;
+	int rc;
+
+	if (k == NULL || k->routing_key == NULL || s == NULL ||
+	    strchr(s, '/') != NULL || s[0] == '\0')
+		return 0;
+	n = strlen(k->routing_key) + strlen(s) + 2;
+	if ((full = malloc(n)) == NULL)
+		return -1;
+	snprintf(full, n, "%s/%s", k->routing_key, s);
+	rc = json_object_set_new(body, "model", json_string(full));
+	free(full);
+	return rc;
+}
+
+void
+gateway_accept(proxy *p, struct evhttp_request *req, const char *endpoint)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct evbuffer *bb = evhttp_request_get_input_buffer(req);
+	size_t blen = evbuffer_get_length(bb), n = 0;
+	const apikey *key = NULL;
+	struct evkeyval *kv;
+	const char *bytes;
+	json_error_t jerr;
+	json_t *body;
+	sg_error err;
+	preq *q;
+	int rc;
+
+	if (blen > p->conf->max_body) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+		    "Connection", "close");
+		send_oai_error(req, 413, "invalid_request_error",
+		    "request_too_large", "request body too large");
+		return;
+	}
+	TAILQ_FOREACH(kv, in, next) {
+		if (n == p->conf->max_headers) {
+			send_oai_error(req, 431, "invalid_request_error",
+			    NULL, "too many request headers");
+			return;
+		}
+		p->hdrs[n].name = kv->key;
+		p->hdrs[n].value = kv->value;
+		n++;
+	}
+	if ((q = preq_get(p)) == NULL) {
+		send_oai_error(req, 500, "api_error", NULL, "out of memory");
+		return;
+	}
+	q->req = req;
+	q->endpoint = endpoint;
+	q->gw.on = true;
+	q->close_after = p->draining;
+	request_id(q, in);
+	if (p->nkeys > 0 && (key = auth_key(p, in)) == NULL) {
+		refuse(q, 401, "invalid_request_error", "invalid_api_key",
+		    "Invalid API key provided.");
+		return;
+	}
+	bytes = blen > 0 ? (const char *)evbuffer_pullup(bb, -1) : "";
+	if ((body = json_loadb(bytes, blen, 0, &jerr)) == NULL) {
+		refuse(q, 400, "invalid_request_error", NULL,
+		    "request body is not valid JSON");
+		return;
+	}
+	memset(&err, 0, sizeof(err));
+	if (tenant_model(body, key) != 0)
+		rc = sg_seterr(&err, SG_ENOMEM, "out of memory");
+	else
+		rc = sg_identity_parse(&q->gw.id, endpoint_id(endpoint), body,
+		    p->hdrs, n, key != NULL ? key->routing_key : NULL, &err);
+	json_decref(body);
+	if (rc != 0) {
+		if (rc == SG_EREQUEST)
+			refuse(q, err.status != 0 ? err.status : 400,
+			    "invalid_request_error", NULL, err.text);
+		else
+			refuse(q, 500, "api_error", NULL, sg_strerror(rc));
+		return;
+	}
+	if (rewrite_body(&q->gw, bytes, blen) != 0) {
+		refuse(q, 500, "api_error", NULL, "out of memory");
+		return;
+	}
+	if (key != NULL && key->has_priority) {
+		q->gw.rt.has_priority = true;
+		q->gw.rt.priority = key->priority;
+	}
+	route_attach(q);
+	otlp_span_str(&q->span, "request.id", q->gw.rid);
+	lookup(q);
+}
+
+void
+gateway_release(preq *q)
+{
+	gwreq *g = &q->gw;
+
+	gateway_cancel(q);
+	otlp_span_end(&g->lspan);
+	sg_identity_release(&g->id);
+	free(g->pub);
+	free(g->routed);
+	g->pub = g->routed = NULL;
+	g->publen = g->routedlen = 0;
+	memset(&g->rt, 0, sizeof(g->rt));
+	g->gh.n = 0;
+	g->on = g->has_key = g->remembered = false;
+	g->rid[0] = g->hint[0] = g->ucluster[0] = '\0';
+	g->blen = g->rblen = 0;
+	g->rw = RW_NONE;
+	g->rw_done = g->rw_midline = false;
+	g->uerrcodes = 0;
+	g->uoverloaded = false;
+}
