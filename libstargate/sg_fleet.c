@@ -12,6 +12,11 @@
  * of the fresh candidates, O(n) per decision however many reservations are
  * active, and gives the same figures as applying the ledger on every read.
  *
+ * A cursor (sg_fleet_sync) keeps one caller's view across decisions: every
+ * change to eff[i] stamps gen[i] from the fleet's change clock, the cursor
+ * remembers the stamp of each cluster it copied, and a sync whose fresh
+ * candidates are unchanged copies only the clusters whose stamp moved.
+ *
  * A publication clears the reservations made at or before its sample time
  * (the stats request was sent after them, so the engine's figures include
  * them); reservations made while the request was in flight stay.  Handles
@@ -40,11 +45,22 @@ typedef struct fcl {
 	size_t		nrv, cap;
 } fcl;
 
+/* A view kept across decisions (see sg_fleet_sync). */
+struct sg_fleet_cursor {
+	sg_snapshot	*snap;
+	size_t		*fidx;		/* fleet index of view cluster k */
+	uint64_t	*gen;		/* gen of that cluster when copied */
+	size_t		 cap;		/* room of fidx and gen */
+	const sg_fleet	*f;		/* the fleet it belongs to */
+};
+
 struct sg_fleet {
 	fcl		*c;
 	size_t		n, cap;
 	sg_snapshot	*eff;		/* pub + ledger, fleet order */
 	double		*pubt;		/* sample time of pub; NaN: none */
+	uint64_t	*gen;		/* clock at eff[i]'s last change */
+	uint64_t	 clock;		/* counts changes to eff */
 	uint64_t	stale_ms;
 	uint64_t	next_h;
 };
@@ -106,6 +122,7 @@ sg_fleet_free(sg_fleet *f)
 		free(f->c[i].rv);
 	free(f->c);
 	free(f->pubt);
+	free(f->gen);
 	sg_snapshot_free(f->eff);
 	free(f);
 }
@@ -125,6 +142,7 @@ sg_fleet_add(sg_fleet *f, const char *id, size_t len, size_t *idx,
 		fcl *p;
 
 		double *t;
+		uint64_t *g;
 
 		if ((p = realloc(f->c, ncap * sizeof(*p))) == NULL)
 			return sg_seterr(err, SG_ENOMEM, "out of memory");
@@ -132,6 +150,9 @@ sg_fleet_add(sg_fleet *f, const char *id, size_t len, size_t *idx,
 		if ((t = realloc(f->pubt, ncap * sizeof(*t))) == NULL)
 			return sg_seterr(err, SG_ENOMEM, "out of memory");
 		f->pubt = t;
+		if ((g = realloc(f->gen, ncap * sizeof(*g))) == NULL)
+			return sg_seterr(err, SG_ENOMEM, "out of memory");
+		f->gen = g;
 		f->cap = ncap;
 	}
 	if ((rc = sg_snapshot_add(f->eff, &c, err)) != 0)
@@ -139,6 +160,7 @@ sg_fleet_add(sg_fleet *f, const char *id, size_t len, size_t *idx,
 	memset(&f->c[f->n], 0, sizeof(f->c[f->n]));
 	f->c[f->n].pub = c;
 	f->pubt[f->n] = NAN;
+	f->gen[f->n] = ++f->clock;
 	if (idx != NULL)
 		*idx = f->n;
 	f->n++;
@@ -198,6 +220,7 @@ rebuild(sg_fleet *f, size_t i)
 	*sg_snapshot_at(f->eff, i) = c->pub;
 	for (k = 0; k < c->nrv; k++)
 		sg_snapshot_reserve(f->eff, i, c->rv[k].tokens, c->rv[k].prio);
+	f->gen[i] = ++f->clock;
 }
 
 int
@@ -273,6 +296,7 @@ sg_fleet_reserve(sg_fleet *f, size_t i, uint64_t tokens, uint32_t priority,
 	r->prio = priority;
 	r->t = now_ms;
 	sg_snapshot_reserve(f->eff, i, tokens, priority);
+	f->gen[i] = ++f->clock;
 	return r->h;
 }
 
@@ -365,5 +389,104 @@ sg_fleet_view(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 			view_idx[m] = idx[k];
 		m++;
 	}
+	return 0;
+}
+
+int
+sg_fleet_cursor_new(const sg_fleet *f, sg_fleet_cursor **out, sg_error *err)
+{
+	sg_fleet_cursor *c;
+
+	*out = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL ||
+	    (c->snap = sg_snapshot_new()) == NULL) {
+		free(c);
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	}
+	c->f = f;
+	*out = c;
+	return 0;
+}
+
+void
+sg_fleet_cursor_free(sg_fleet_cursor *c)
+{
+	if (c == NULL)
+		return;
+	sg_snapshot_free(c->snap);
+	free(c->fidx);
+	free(c->gen);
+	free(c);
+}
+
+/*
+ * Steady state of sg_fleet_sync: the fresh clusters of idx are the view's,
+ * in order; copy the load figures of those changed since they were copied.
+ * False as soon as the list differs.
+ */
+static bool
+sync_in_place(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
+    sg_fleet_cursor *c)
+{
+	sg_cluster *out = c->snap->c;
+	size_t k, m = 0, nv = c->snap->n;
+
+	for (k = 0; k < n; k++) {
+		size_t i = idx[k];
+
+		if (!fresh(f, i, now_ms))
+			continue;
+		if (m >= nv || c->fidx[m] != i)
+			return false;
+		if (c->gen[m] != f->gen[i]) {
+			copy_load(&out[m], &f->eff->c[i]);
+			c->gen[m] = f->gen[i];
+		}
+		m++;
+	}
+	return m == nv;
+}
+
+int
+sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
+    sg_fleet_cursor *c, const sg_snapshot **snap, const size_t **view_idx,
+    sg_error *err)
+{
+	size_t k, m;
+	int rc;
+
+	if (c->f != f)
+		return sg_seterr(err, SG_EINVAL, "fleet view: cursor of "
+		    "another fleet");
+	for (k = 0; k < n; k++)
+		if (idx[k] >= f->n)
+			return sg_seterr(err, SG_EINVAL, "fleet view: index "
+			    "%zu out of range", idx[k]);
+	if (!sync_in_place(f, idx, n, now_ms, c)) {
+		if (n > c->cap) {
+			size_t *p;
+			uint64_t *g;
+
+			if ((p = realloc(c->fidx, n * sizeof(*p))) == NULL)
+				return sg_seterr(err, SG_ENOMEM, "out of "
+				    "memory");
+			c->fidx = p;
+			if ((g = realloc(c->gen, n * sizeof(*g))) == NULL)
+				return sg_seterr(err, SG_ENOMEM, "out of "
+				    "memory");
+			c->gen = g;
+			c->cap = n;
+		}
+		if ((rc = sg_fleet_view(f, idx, n, now_ms, c->snap, c->fidx,
+		    err)) != 0) {
+			sg_snapshot_clear(c->snap);
+			return rc;
+		}
+		for (m = 0; m < c->snap->n; m++)
+			c->gen[m] = f->gen[c->fidx[m]];
+	}
+	*snap = c->snap;
+	if (view_idx != NULL)
+		*view_idx = c->fidx;
 	return 0;
 }

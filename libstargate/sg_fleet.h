@@ -86,4 +86,26 @@ size_t	sg_fleet_reservations(const sg_fleet *f, size_t i);
 int	sg_fleet_view(const sg_fleet *f, const size_t *idx, size_t n,
 	    double now_ms, sg_snapshot *out, size_t *view_idx, sg_error *err);
 
+/*
+ * A cursor: a view kept across decisions, for one fleet (free it before
+ * the fleet).  sg_fleet_sync(f, idx, n, now_ms, c, &snap, &view_idx, err)
+ * makes c's snapshot exactly what sg_fleet_view(f, idx, n, now_ms, ...)
+ * would give, but when the fresh candidates are those of its last sync it
+ * copies only the clusters that changed since (a reservation, release or
+ * publication), so a steady decision loop costs O(n) comparisons of
+ * counters rather than n cluster copies.  *snap and *view_idx (NULL: don't
+ * care) are borrowed, valid until the next sync or free; the snapshot must
+ * not be changed.  The same ids in the same order keep its ids version.
+ * SG_EINVAL on an index out of range or repeated, or a cursor of another
+ * fleet; SG_ENOMEM.
+ */
+typedef struct sg_fleet_cursor sg_fleet_cursor;
+
+int	sg_fleet_cursor_new(const sg_fleet *f, sg_fleet_cursor **out,
+	    sg_error *err);
+void	sg_fleet_cursor_free(sg_fleet_cursor *c);	/* NULL: no-op */
+int	sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n,
+	    double now_ms, sg_fleet_cursor *c, const sg_snapshot **snap,
+	    const size_t **view_idx, sg_error *err);
+
 #endif /* SG_FLEET_H */

@@ -2,7 +2,9 @@
  * test_fleet.c — sg_fleet.c: the reservation ledger (ref §2.3) and its
  * effect on the view a decision reads (numbers worked by hand), clearing
  * by publication (only the reservations a sample covers), release, and
- * staleness; the view's reuse of the snapshot and its ids version.
+ * staleness; the view's reuse of the snapshot and its ids version; the
+ * cursor (sg_fleet_sync) against a fresh sg_fleet_view after every step of
+ * random operations.
  */
 #include "sg_test.h"
 
@@ -339,6 +341,132 @@ test_many_reservations(void **state)
 	sg_fleet_free(f);
 }
 
+/* Same clusters, ids and load figures (the used part of the map). */
+static void
+assert_same_view(const sg_snapshot *a, const sg_snapshot *b)
+{
+	size_t i, k;
+
+	assert_int_equal(sg_snapshot_count(a), sg_snapshot_count(b));
+	for (i = 0; i < sg_snapshot_count(a); i++) {
+		const sg_cluster *x = sg_snapshot_get(a, i);
+		const sg_cluster *y = sg_snapshot_get(b, i);
+
+		assert_string_equal(x->id, y->id);
+		assert_true(x->running == y->running);
+		assert_true(x->queued == y->queued);
+		assert_true(x->queued_input_tokens == y->queued_input_tokens);
+		assert_true(x->max_engine_concurrency ==
+		    y->max_engine_concurrency);
+		assert_true(x->kv_free_tokens == y->kv_free_tokens);
+		assert_true(x->last_mean_input_tps == y->last_mean_input_tps);
+		assert_int_equal(x->nprio, y->nprio);
+		for (k = 0; k < x->nprio; k++) {
+			assert_int_equal(x->prio_key[k], y->prio_key[k]);
+			assert_true(x->prio_ms[k] == y->prio_ms[k]);
+		}
+	}
+}
+
+static void
+test_cursor_equals_a_fresh_view(void **state)
+{
+	sg_fleet *f = mkfleet(50, 4);
+	sg_fleet_cursor *cur;
+	sg_snapshot *ref = sg_snapshot_new();
+	const sg_snapshot *v;
+	const size_t *vi;
+	size_t lists[3][4] = { { 0, 1, 2, 3 }, { 2, 0, 3, 1 }, { 1, 3 } };
+	size_t nlist[3] = { 4, 4, 2 }, refvi[4], i;
+	uint64_t h[4][64] = { { 0 } }, g = 7;
+	size_t nh[4] = { 0 };
+	double now = 0;
+	int step;
+
+	(void)state;
+	assert_int_equal(sg_fleet_cursor_new(f, &cur, NULL), 0);
+	for (step = 0; step < 3000; step++) {
+		sg_cluster c = stats();
+		size_t l = (step / 200) % 3, k;
+
+		g = g * 6364136223846793005ULL + 1442695040888963407ULL;
+		k = (size_t)(g >> 33) % 4;
+		now += (double)((g >> 20) % 7);
+		switch ((g >> 40) % 4) {
+		case 0:
+			c.running = (g >> 8) % 9;
+			c.nprio = (uint32_t)((g >> 12) % 3);
+			sg_fleet_publish(f, k, &c, now - (double)((g >> 16) %
+			    30));
+			nh[k] = 0;
+			break;
+		case 1:
+		case 2:
+			if (nh[k] < 64)
+				h[k][nh[k]++] = sg_fleet_reserve(f, k,
+				    (g >> 4) % 500, (uint32_t)((g >> 14) % 6),
+				    now);
+			break;
+		default:
+			if (nh[k] > 0)
+				sg_fleet_release(f, k, h[k][--nh[k]]);
+			break;
+		}
+		assert_int_equal(sg_fleet_sync(f, lists[l], nlist[l], now, cur,
+		    &v, &vi, NULL), 0);
+		assert_int_equal(sg_fleet_view(f, lists[l], nlist[l], now,
+		    ref, refvi, NULL), 0);
+		assert_same_view(v, ref);
+		for (i = 0; i < sg_snapshot_count(v); i++)
+			assert_true(vi[i] == refvi[i]);
+	}
+	sg_fleet_cursor_free(cur);
+	sg_snapshot_free(ref);
+	sg_fleet_free(f);
+}
+
+static void
+test_cursor_keeps_ids_version_and_refuses_another_fleet(void **state)
+{
+	sg_fleet *f = mkfleet(UINT64_MAX, 3), *other = mkfleet(UINT64_MAX, 3);
+	sg_fleet_cursor *cur;
+	const sg_snapshot *v;
+	sg_cluster c = stats();
+	size_t abc[3] = { 0, 1, 2 }, twice[2] = { 1, 1 }, bad[1] = { 7 };
+	uint64_t ver;
+	sg_error e;
+
+	(void)state;
+	assert_int_equal(sg_fleet_cursor_new(f, &cur, NULL), 0);
+	sg_fleet_publish(f, 0, &c, 0);
+	sg_fleet_publish(f, 2, &c, 0);
+	assert_int_equal(sg_fleet_sync(f, abc, 3, 1, cur, &v, NULL, NULL), 0);
+	assert_int_equal(sg_snapshot_count(v), 2);	/* B never published */
+	ver = sg_snapshot_ids_version(v);
+	sg_fleet_reserve(f, 2, 10, 0, 1);
+	assert_int_equal(sg_fleet_sync(f, abc, 3, 2, cur, &v, NULL, NULL), 0);
+	assert_true(sg_snapshot_ids_version(v) == ver);
+	assert_true(sg_snapshot_get(v, 1)->running == 3);
+	assert_true(sg_snapshot_get(v, 0)->running == 2);
+	sg_fleet_publish(f, 1, &c, 2);			/* B joins */
+	assert_int_equal(sg_fleet_sync(f, abc, 3, 3, cur, &v, NULL, NULL), 0);
+	assert_int_equal(sg_snapshot_count(v), 3);
+	assert_true(sg_snapshot_ids_version(v) != ver);
+	assert_int_equal(sg_fleet_sync(other, abc, 3, 3, cur, &v, NULL, &e),
+	    SG_EINVAL);
+	assert_int_equal(sg_fleet_sync(f, bad, 1, 3, cur, &v, NULL, &e),
+	    SG_EINVAL);
+	assert_int_equal(sg_fleet_sync(f, twice, 2, 3, cur, &v, NULL, &e),
+	    SG_EINVAL);
+	/* Usable again after an error. */
+	assert_int_equal(sg_fleet_sync(f, abc, 3, 3, cur, &v, NULL, NULL), 0);
+	assert_int_equal(sg_snapshot_count(v), 3);
+	sg_fleet_cursor_free(cur);
+	sg_fleet_cursor_free(NULL);
+	sg_fleet_free(other);
+	sg_fleet_free(f);
+}
+
 int
 main(void)
 {
@@ -353,6 +481,9 @@ main(void)
 		cmocka_unit_test(test_view_reuses_out_and_keeps_ids_version),
 		cmocka_unit_test(test_reservations_before_first_stats),
 		cmocka_unit_test(test_many_reservations),
+		cmocka_unit_test(test_cursor_equals_a_fresh_view),
+		cmocka_unit_test(
+		    test_cursor_keeps_ids_version_and_refuses_another_fleet),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

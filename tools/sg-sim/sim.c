@@ -116,10 +116,10 @@ typedef struct sim {
 	const sim_row	*row;
 	sg_router	*rt;
 	sg_fleet	*fleet;		/* published stats + reservations */
-	sg_snapshot	*snap[SIM_MAX_CLASSES];	/* per model: the fleet's view */
+	sg_fleet_cursor	*view[SIM_MAX_CLASSES];	/* per model: the fleet's view */
 	size_t		*cand[SIM_MAX_CLASSES];	/* per model: candidates */
 	size_t		 ncand[SIM_MAX_CLASSES];
-	size_t		*view_idx;	/* fleet index of view cluster k */
+	const size_t	*view_idx;	/* fleet index of view cluster k */
 	bool		*drained;
 	orc_cand	*oc;		/* perfect row: per cluster */
 	double		 svc_sum;	/* perfect row: admission to done */
@@ -755,6 +755,7 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	const scenario *sc = s->sc;
 	const sim_class *cl;
 	const char *excl[SIM_MAX_RETRIES + 1];
+	const sg_snapshot *snap;
 	sg_error e;
 	sreq *r = &s->rq[ri];
 	uint32_t k;
@@ -779,13 +780,13 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	r->q.priority = sc->sessions.priority;
 	r->q.has_max_wait = sc->has_max_wait;
 	r->q.max_wait_ms = sc->max_wait_ms;
-	if ((rc = sg_fleet_view(s->fleet, s->cand[m], s->ncand[m], t,
-	    s->snap[m], s->view_idx, &e)) != 0) {
+	if ((rc = sg_fleet_sync(s->fleet, s->cand[m], s->ncand[m], t,
+	    s->view[m], &snap, &s->view_idx, &e)) != 0) {
 		s->fail = rc;
 		return sg_seterr(s->err, rc, "row %s: %s", s->row->name,
 		    e.text);
 	}
-	rc = sg_router_decide(s->rt, s->snap[m], &r->q, t - r->arrive, d, &e);
+	rc = sg_router_decide(s->rt, snap, &r->q, t - r->arrive, d, &e);
 	r->q.excluded = NULL;
 	if (rc != 0) {
 		s->fail = SG_EINVAL;
@@ -1168,12 +1169,11 @@ sim_free(sim *s)
 	free(s->rq);
 	free(s->ttft);
 	sg_router_free(s->rt);
-	sg_fleet_free(s->fleet);
 	for (i = 0; i < SIM_MAX_CLASSES; i++) {
 		free(s->cand[i]);
-		sg_snapshot_free(s->snap[i]);
+		sg_fleet_cursor_free(s->view[i]);
 	}
-	free(s->view_idx);
+	sg_fleet_free(s->fleet);
 	free(s->drained);
 	free(s->oc);
 }
@@ -1189,13 +1189,11 @@ setup_alloc(sim *s)
 		;
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
 	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
-	    (s->view_idx = calloc(s->nc, sizeof(*s->view_idx))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
-		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL ||
-		    (s->snap[i] = sg_snapshot_new()) == NULL)
+		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < 2 * s->tleaves; i++)
 		s->tree[i] = NONE;
@@ -1245,6 +1243,9 @@ setup(sim *s)
 		push(s, sc->stats_interval_ms * (double)(i + 1) /
 		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
 	}
+	for (i = 0; i < sc->nmodels; i++)
+		if ((rc = sg_fleet_cursor_new(s->fleet, &s->view[i], &e)) != 0)
+			return sg_seterr(s->err, rc, "%s", e.text);
 	build_candidates(s);
 	if (sc->has_trace) {
 		if (sc->trace.nsess > 0)
