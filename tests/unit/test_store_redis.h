@@ -67,6 +67,40 @@ rs_free_port(void)
 	return port;
 }
 
+static inline bool
+rs_port_free(int port)
+{
+	struct sockaddr_in a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+	assert_true(fd >= 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* A free port whose cluster bus port (port + 10000) is free too. */
+static inline int
+rs_cluster_port(void)
+{
+	int i, p;
+
+	for (i = 0; i < 200; i++) {
+		p = rs_free_port();
+		if (p + 10000 <= 65535 && rs_port_free(p + 10000))
+			return p;
+		p = 20000 + (int)(random() % 30000);
+		if (rs_port_free(p) && rs_port_free(p + 10000))
+			return p;
+	}
+	fail_msg("no free port pair for a cluster node");
+	return -1;
+}
+
 static inline void
 rs_sleep_ms(unsigned ms)
 {
