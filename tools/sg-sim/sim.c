@@ -474,19 +474,27 @@ eng_before(const sim *s, uint32_t a, uint32_t b)
 	    s->cs[b].next && a < b);
 }
 
-/* Cluster i's next event time changed: replay its path of the tree. */
+/*
+ * Cluster i's next event time changed: replay its path of the tree.  A
+ * node whose winner stays another cluster leaves every node above it as
+ * it was (their matches do not involve i), so the replay stops there.
+ */
 static void
 tree_fix(sim *s, size_t i)
 {
 	size_t k = s->tleaves + i;
 
 	while (k > 1) {
-		uint32_t l, r;
+		uint32_t l, r, w, old;
 
 		k /= 2;
 		l = s->tree[2 * k];
 		r = s->tree[2 * k + 1];
-		s->tree[k] = eng_before(s, r, l) ? r : l;
+		w = eng_before(s, r, l) ? r : l;
+		old = s->tree[k];
+		s->tree[k] = w;
+		if (w == old && w != (uint32_t)i)
+			return;
 	}
 }
 
