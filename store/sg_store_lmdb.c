@@ -97,6 +97,13 @@
  * data.mdb.compact, removed by the next compaction) or the new one; the
  * inode check covers a swap whose generation bump was lost.  The
  * generation file must not be deleted while processes run.
+ *
+ * Damage and full disks.  A page of a mapping that the file cannot back
+ * faults (SIGBUS): so the generation and lock files get their blocks
+ * allocated before they are mapped (a full disk is ENOSPC at open), and
+ * every open first checks data.mdb's meta pages, its length and its root
+ * pages with pread() (data_check()), refusing a damaged file with
+ * SG_ESTORE and a message that says how to recover.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -415,31 +422,60 @@ fsync_dir(const char *dir)
 	return rc;
 }
 
+/*
+ * Where posix_fallocate() is not supported: write the missing tail of the
+ * page as zeros (what the kernel then cannot back fails the write).
+ */
+static int
+gen_fill(int fd, off_t have)
+{
+	static const char zero[4096];
+	off_t off = have < 0 ? 0 : have;
+	ssize_t n;
+
+	while (off < 4096) {
+		n = pwrite(fd, zero, (size_t)(4096 - off), off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? errno : EIO;
+		off += n;
+	}
+	return fsync(fd) != 0 ? errno : 0;
+}
+
 /* Map the generation counter, creating the file when needed. */
 static int
 gen_open(struct lstore *s, sg_error *err)
 {
 	struct stat st;
 	void *p;
-	int fd;
+	int fd, e;
 
 	/* Created even without o.create: a store made by mdb_load has none. */
 	fd = open(s->genpath, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return sg_seterr(err, errno, "cannot open '%s': %s",
 		    s->genpath, strerror(errno));
-	if (fstat(fd, &st) != 0 ||
-	    (st.st_size < 4096 && ftruncate(fd, 4096) != 0)) {
-		int e = errno;
-
+	/*
+	 * Allocate the blocks, not just the size: a page of a sparse file
+	 * that the filesystem cannot back (a full disk) faults with SIGBUS
+	 * on first touch, so a full disk must fail here, as ENOSPC.
+	 */
+	if (fstat(fd, &st) != 0)
+		e = errno;
+	else if (fallocate(fd, 0, 0, 4096) == 0)
+		e = 0;
+	else if ((e = errno) == EOPNOTSUPP)
+		e = gen_fill(fd, st.st_size);
+	if (e != 0) {
 		close(fd);
 		return sg_seterr(err, e, "cannot size '%s': %s", s->genpath,
 		    strerror(e));
 	}
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		int e = errno;
-
+		e = errno;
 		close(fd);
 		return sg_seterr(err, e, "cannot map '%s': %s", s->genpath,
 		    strerror(e));
@@ -447,6 +483,243 @@ gen_open(struct lstore *s, sg_error *err)
 	s->genfd = fd;
 	s->genp = p;
 	return 0;
+}
+
+/* --- checking data.mdb before LMDB maps it ------------------------------- */
+
+/*
+ * LMDB maps data.mdb and follows page numbers without checking them
+ * against the file: a page past the end of a truncated file faults with
+ * SIGBUS.  So before mdb_env_open() the two meta pages are read with
+ * pread() and checked: page flag, magic, format version, page size, the
+ * last page and the roots within it, and the file long enough to hold
+ * that last page; the newest meta's root pages must name themselves and be
+ * branch or leaf pages.  What LMDB 0.9 writes (mdb.c, not exported):
+ * a 16-byte page header (u64 pgno, u16 pad, u16 flags, u16 lower, u16
+ * upper), then in a meta page: u32 magic, u32 version, u64 address, u64
+ * map size, two 48-byte database records (u32 pad, which in the first is
+ * the page size, u16 flags, u16 depth, u64 branch, leaf and overflow page
+ * counts, u64 entries, u64 root), u64 last page, u64 transaction id.
+ * Damage inside the tree (a branch or leaf page overwritten) is not found
+ * here; sg-lastcluster(1) says what is and is not detected.
+ */
+#define LM_P_BRANCH	0x01
+#define LM_P_LEAF	0x02
+#define LM_P_META	0x08
+#define LM_MAGIC	0xBEEFC0DEu
+#define LM_VERSION	1u
+#define LM_HDR		16	/* page header */
+#define LM_DB0		40	/* first database record, from the page */
+#define LM_DBSZ		48
+#define LM_LASTPG	136
+#define LM_TXNID	144
+#define LM_METASZ	152
+#define LM_NOPAGE	UINT64_MAX	/* an empty database's root */
+#define LM_MAXDEPTH	64
+
+struct lm_meta {
+	uint32_t	psize;
+	uint16_t	depth[2];
+	uint64_t	root[2];
+	uint64_t	last_pg;
+	uint64_t	txnid;
+};
+
+static uint16_t
+ld16(const unsigned char *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static uint32_t
+ld32(const unsigned char *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static uint64_t
+ld64(const unsigned char *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static int
+pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	ssize_t r;
+
+	do
+		r = pread(fd, buf, n, (off_t)off);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno;
+	return (size_t)r == n ? 0 : SG_ESTORE;
+}
+
+/* Decode and check meta page i; NULL or why it does not check out. */
+static const char *
+meta_read(int fd, unsigned i, uint32_t psize, struct lm_meta *m)
+{
+	unsigned char b[LM_METASZ];
+	unsigned d;
+
+	if (pread_all(fd, b, sizeof(b), (uint64_t)i * psize) != 0)
+		return "cannot be read";
+	if ((ld16(b + 10) & LM_P_META) == 0 || ld32(b + LM_HDR) != LM_MAGIC)
+		return "is not an LMDB meta page";
+	if (ld32(b + LM_HDR + 4) != LM_VERSION)
+		return "has an unknown LMDB format version";
+	m->psize = ld32(b + LM_DB0);
+	if (m->psize < 512 || m->psize > 65536 ||
+	    (m->psize & (m->psize - 1)) != 0 || (i > 0 && m->psize != psize))
+		return "has a bad page size";
+	m->last_pg = ld64(b + LM_LASTPG);
+	m->txnid = ld64(b + LM_TXNID);
+	if (m->last_pg < 1 || m->last_pg > UINT64_MAX / m->psize - 1)
+		return "has a bad last page";
+	for (d = 0; d < 2; d++) {
+		const unsigned char *db = b + LM_DB0 + d * LM_DBSZ;
+
+		m->depth[d] = ld16(db + 6);
+		m->root[d] = ld64(db + 40);
+		if (m->root[d] == LM_NOPAGE)
+			continue;
+		if (m->root[d] < 2 || m->root[d] > m->last_pg ||
+		    m->depth[d] < 1 || m->depth[d] > LM_MAXDEPTH)
+			return "has a root page out of range";
+	}
+	return NULL;
+}
+
+/* The newest meta's root pages: self-named branch or leaf pages. */
+static const char *
+roots_check(int fd, const struct lm_meta *m)
+{
+	unsigned char h[LM_HDR];
+	uint16_t fl, lo, up;
+	unsigned d;
+
+	for (d = 0; d < 2; d++) {
+		if (m->root[d] == LM_NOPAGE)
+			continue;
+		if (pread_all(fd, h, sizeof(h), m->root[d] * m->psize) != 0)
+			return "unreadable root page";
+		fl = ld16(h + 10);
+		lo = ld16(h + 12);
+		up = ld16(h + 14);
+		if (ld64(h) != m->root[d] ||
+		    (fl & (LM_P_BRANCH | LM_P_LEAF)) == 0 ||
+		    ((fl & LM_P_BRANCH) != 0) != (m->depth[d] > 1) ||
+		    lo < LM_HDR || lo > up || up > m->psize)
+			return "bad root page";
+	}
+	return NULL;
+}
+
+/* One look at the open data.mdb: NULL, or what is wrong. */
+static const char *
+data_check_once(int fd)
+{
+	struct lm_meta m[2];
+	struct stat st;
+	const char *why = NULL;
+	uint64_t need;
+	unsigned i, newest;
+
+	if (fstat(fd, &st) != 0 || st.st_size == 0)
+		return NULL;
+	if ((why = meta_read(fd, 0, 0, &m[0])) != NULL) {
+		why = "bad first meta page";
+		goto out;
+	}
+	if ((uint64_t)st.st_size < 2 * (uint64_t)m[0].psize) {
+		why = "shorter than its meta pages";
+		goto out;
+	}
+	if ((why = meta_read(fd, 1, m[0].psize, &m[1])) != NULL) {
+		why = "bad second meta page";
+		goto out;
+	}
+	newest = m[1].txnid > m[0].txnid;
+	for (i = 0; i < 2; i++) {
+		need = (m[i].last_pg + 1) * m[i].psize;
+		if ((uint64_t)st.st_size < need) {
+			why = "truncated: shorter than its last page";
+			goto out;
+		}
+	}
+	why = roots_check(fd, &m[newest]);
+out:
+	return why;
+}
+
+/*
+ * Check data.mdb (see above).  0: fine, or no file / an empty file (LMDB
+ * creates it); SG_ESTORE with a message that says how to recover.  The
+ * file is read outside any transaction while other processes may commit
+ * (a meta page half rewritten, a root page reused), so a failed check is
+ * repeated before it counts.
+ */
+static int
+data_check(struct lstore *s, sg_error *err)
+{
+	const char *why = NULL;
+	int fd, tries, rc = 0;
+
+	if ((fd = open(s->datapath, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;	/* LMDB reports, or creates, the file */
+	for (tries = 0; tries < 3; tries++)
+		if ((why = data_check_once(fd)) == NULL)
+			break;
+	close(fd);
+	if (why != NULL)
+		rc = sg_seterr(err, SG_ESTORE, "cannot open store '%s': "
+		    "data.mdb is damaged (%s); it holds hints only: delete "
+		    "it, or rebuild it with sg-lastcluster load from a dump",
+		    s->dir, why);
+	return rc;
+}
+
+/*
+ * LMDB grows lock.mdb with ftruncate() and maps it: the same fault on a
+ * full disk.  Allocate its blocks first.  A new (empty) file is sized as
+ * LMDB 0.9 sizes it (a 128-byte header and a 64-byte slot per reader);
+ * an existing one keeps its size (another process may map it), only its
+ * holes are filled.  A filesystem without fallocate() is left to LMDB.
+ */
+static int
+lock_alloc(struct lstore *s, sg_error *err)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	off_t len;
+	int fd, rc = 0;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/lock.mdb", s->dir) >=
+	    sizeof(path))
+		return 0;		/* LMDB reports the long name */
+	/* LMDB creates it too, even to read: an error is LMDB's to report. */
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640)) < 0)
+		return 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		len = st.st_size > 0 ? st.st_size :
+		    (off_t)s->o.max_readers * 64 + 128;
+		if (fallocate(fd, 0, 0, len) != 0 && errno != EOPNOTSUPP)
+			rc = sg_seterr(err, errno, "cannot open store '%s': "
+			    "cannot allocate lock.mdb: %s", s->dir,
+			    strerror(errno));
+	}
+	close(fd);
+	return rc;
 }
 
 /* --- the environment ----------------------------------------------------- */
@@ -514,6 +787,8 @@ env_open_once(struct lstore *s, sg_error *err)
 	if (!s->o.create && stat(s->datapath, &st) != 0)
 		return sg_seterr(err, errno, "cannot open store '%s': %s",
 		    s->dir, strerror(errno));
+	if ((rc = data_check(s, err)) != 0 || (rc = lock_alloc(s, err)) != 0)
+		return rc;
 	if ((rc = mdb_env_create(&env)) != 0)
 		return lerr(err, rc, "mdb_env_create");
 	if ((rc = mdb_env_set_maxdbs(env, 4)) != 0 ||

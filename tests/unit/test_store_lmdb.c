@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <fcntl.h>
+
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -963,6 +965,209 @@ test_reader_process_follows_compaction(void **state)
 	close(down[1]);
 }
 
+/* --- damaged files and full disks (issue 12) ----------------------------- */
+
+static void
+path_of(char *buf, size_t cap, const struct fx *f, const char *name)
+{
+	snprintf(buf, cap, "%s/%s", f->dir, name);
+}
+
+/* A store of n entries, closed. */
+static void
+fx_fill_close(struct fx *f, int n)
+{
+	int i;
+
+	fx_open(f);
+	for (i = 0; i < n; i++)
+		put_i(f->s, i, "c1");
+	flush_ok(f->s);
+	sg_store_close(f->s);
+	f->s = NULL;
+}
+
+/* Opening fails with SG_ESTORE and a message naming want and the way out. */
+static void
+open_refused(struct fx *f, const char *want)
+{
+	sg_error e;
+	int rc;
+
+	sg_error_clear(&e);
+	f->o.create = false;
+	rc = sg_store_open(&f->s, &f->o, &e);
+	assert_int_equal(rc, SG_ESTORE);
+	assert_null(f->s);
+	if (strstr(e.text, want) == NULL || strstr(e.text, "damaged") == NULL ||
+	    strstr(e.text, "hints only") == NULL ||
+	    strstr(e.text, "sg-lastcluster load") == NULL)
+		fail_msg("message: %s", e.text);
+}
+
+static void
+overwrite(const struct fx *f, off_t off, size_t n, unsigned char byte)
+{
+	unsigned char buf[4096];
+	char p[128];
+	int fd;
+
+	assert_true(n <= sizeof(buf));
+	memset(buf, byte, n);
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_true((fd = open(p, O_WRONLY)) >= 0);
+	assert_int_equal(pwrite(fd, buf, n, off), (ssize_t)n);
+	close(fd);
+}
+
+static off_t
+data_size(const struct fx *f)
+{
+	struct stat st;
+	char p[128];
+
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_int_equal(stat(p, &st), 0);
+	return st.st_size;
+}
+
+static void
+cut_to(const struct fx *f, off_t len)
+{
+	char p[128];
+
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_int_equal(truncate(p, len), 0);
+}
+
+/* Regression: a sparse generation file faulted (SIGBUS) on a full disk. */
+static void
+test_full_disk_generation_and_lock_files_are_allocated_not_sparse(
+    void **state)
+{
+	struct fx *f = *state;
+	struct stat st;
+	char p[128];
+
+	fx_open(f);
+	path_of(p, sizeof(p), f, "generation");
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_size, 4096);
+	assert_true((uint64_t)st.st_blocks * 512 >= 4096);
+	path_of(p, sizeof(p), f, "lock.mdb");
+	assert_int_equal(stat(p, &st), 0);
+	assert_true(st.st_size > 0);
+	assert_true((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size);
+}
+
+/* An existing sparse generation file (a store made before the fix). */
+static void
+test_full_disk_sparse_generation_file_is_filled_at_open(void **state)
+{
+	struct fx *f = *state;
+	struct stat st;
+	char p[128];
+
+	fx_fill_close(f, 3);
+	path_of(p, sizeof(p), f, "generation");
+	assert_int_equal(unlink(p), 0);
+	assert_int_equal(close(open(p, O_WRONLY | O_CREAT, 0640)), 0);
+	assert_int_equal(truncate(p, 4096), 0);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_blocks, 0);
+	fx_open(f);
+	assert_int_equal(stat(p, &st), 0);
+	assert_true((uint64_t)st.st_blocks * 512 >= 4096);
+}
+
+static void
+test_damaged_cut_to_half_its_size_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+
+	fx_fill_close(f, 3000);
+	cut_to(f, data_size(f) / 2);
+	open_refused(f, "shorter than its last page");
+}
+
+static void
+test_damaged_cut_to_a_few_pages_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+
+	fx_fill_close(f, 3000);
+	cut_to(f, 4 * 4096);
+	open_refused(f, "shorter than its last page");
+}
+
+static void
+test_damaged_cut_inside_the_meta_pages_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+
+	fx_fill_close(f, 10);
+	cut_to(f, 4096 + 100);
+	open_refused(f, "shorter than its meta pages");
+}
+
+static void
+test_damaged_first_meta_page_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+
+	fx_fill_close(f, 10);
+	overwrite(f, 16, 8, 0x5a);	/* magic and version */
+	open_refused(f, "bad first meta page");
+}
+
+static void
+test_damaged_second_meta_page_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+
+	fx_fill_close(f, 10);
+	overwrite(f, 4096 + 136, 8, 0xff);	/* last page: out of range */
+	open_refused(f, "bad second meta page");
+}
+
+/* The main database's root named in the newest meta page, overwritten. */
+static void
+test_damaged_root_page_is_refused_at_open(void **state)
+{
+	struct fx *f = *state;
+	unsigned char m0[152], m1[152];
+	uint64_t t0, t1, root;
+	char p[128];
+	int fd;
+
+	fx_fill_close(f, 10);
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_true((fd = open(p, O_RDONLY)) >= 0);
+	assert_int_equal(pread(fd, m0, sizeof(m0), 0), (ssize_t)sizeof(m0));
+	assert_int_equal(pread(fd, m1, sizeof(m1), 4096), (ssize_t)sizeof(m1));
+	close(fd);
+	memcpy(&t0, m0 + 144, 8);
+	memcpy(&t1, m1 + 144, 8);
+	memcpy(&root, (t1 > t0 ? m1 : m0) + 88 + 40, 8);
+	assert_true(root >= 2 && root != UINT64_MAX);
+	overwrite(f, (off_t)(root * 4096), 4096, 0xa5);
+	open_refused(f, "bad root page");
+}
+
+/* An empty data.mdb is LMDB's to initialise, as before. */
+static void
+test_damaged_check_leaves_an_empty_data_file_to_lmdb(void **state)
+{
+	struct fx *f = *state;
+	char p[128];
+
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_int_equal(close(open(p, O_WRONLY | O_CREAT, 0640)), 0);
+	fx_open(f);
+	put_i(f->s, 1, "c1");
+	flush_ok(f->s);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -994,6 +1199,15 @@ main(void)
 		T(test_compact_enforces_capacity),
 		T(test_compact_while_another_process_writes_loses_nothing),
 		T(test_reader_process_follows_compaction),
+		T(test_full_disk_generation_and_lock_files_are_allocated_not_sparse),
+		T(test_full_disk_sparse_generation_file_is_filled_at_open),
+		T(test_damaged_cut_to_half_its_size_is_refused_at_open),
+		T(test_damaged_cut_to_a_few_pages_is_refused_at_open),
+		T(test_damaged_cut_inside_the_meta_pages_is_refused_at_open),
+		T(test_damaged_first_meta_page_is_refused_at_open),
+		T(test_damaged_second_meta_page_is_refused_at_open),
+		T(test_damaged_root_page_is_refused_at_open),
+		T(test_damaged_check_leaves_an_empty_data_file_to_lmdb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
