@@ -134,6 +134,10 @@ report_json(FILE *fp, const scenario *sc, const sim_result *res)
 		    (json_int_t)x->input_tokens));
 		json_object_set_new(o, "reused_input_tokens", json_integer(
 		    (json_int_t)x->reused_tokens));
+		json_object_set_new(o, "took_prefix_tokens", json_integer(
+		    (json_int_t)x->took_prefix));
+		json_object_set_new(o, "best_prefix_tokens", json_integer(
+		    (json_int_t)x->best_prefix));
 		json_object_set_new(o, "kv_reuse", rounded(x->kv_reuse, 1e6));
 		json_object_set_new(o, "ttft_p50_ms", rounded(x->ttft_p50_ms,
 		    1e3));

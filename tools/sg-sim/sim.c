@@ -39,7 +39,12 @@
  * eng_cached_prefix, its queue and slots through eng_cluster at the
  * decision instant) and asks tools/common/oracle.c for the cluster with
  * the lowest estimated TTFT, under wait-and-widen's capacity rule.  It
- * exists only here, as a bound for the rows that route on published stats.
+ * exists only here, as a bound for the rows that route on published stats:
+ * a bound on each decision (it takes the longest cached prefix any
+ * candidate holds), not on a run, whose reuse also depends on the cache
+ * contents earlier placements left.  Every row reports, per dispatch, the
+ * prefix its choice held and the longest any candidate held (best_prefix),
+ * so the per-decision bound can be checked.
  *
  * Candidates: the clusters serving the request's model that are not being
  * drained.  Engine events are found through a tournament tree over the
@@ -93,6 +98,7 @@ typedef struct sess {
 	uint32_t	ts;		/* trace session, or NONE */
 	char		keybuf[24];	/* generated: "s<id>" */
 	int16_t		seen[SEEN];	/* last clusters that served it, -1 */
+	bool		seen_over;	/* more than SEEN: any may hold it */
 } sess;
 
 typedef struct sreq {
@@ -709,10 +715,10 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		eng_cluster(s->cs[i].e, t, &now);
 		o->eligible = true;
 		for (j = 0; j < SEEN && ss->seen[j] >= 0; j++)
-			if ((size_t)ss->seen[j] == i) {
-				o->cached = eng_cached_prefix(s->cs[i].e, &q);
+			if ((size_t)ss->seen[j] == i)
 				break;
-			}
+		if (ss->seen_over || (j < SEEN && ss->seen[j] >= 0))
+			o->cached = eng_cached_prefix(s->cs[i].e, &q);
 		o->backlog = now.queued_input_tokens;
 		o->tps = now.max_input_tps;
 		o->rtt_ms = s->sc->clusters[i].rtt_ms;
@@ -815,9 +821,41 @@ seen_add(sess *ss, size_t i)
 	for (j = 0; j < SEEN - 1 && ss->seen[j] >= 0 &&
 	    (size_t)ss->seen[j] != i; j++)
 		;
+	if (j == SEEN - 1 && ss->seen[j] >= 0 && (size_t)ss->seen[j] != i)
+		ss->seen_over = true;
 	for (k = j; k > 0; k--)
 		ss->seen[k] = ss->seen[k - 1];
 	ss->seen[0] = (int16_t)i;
+}
+
+/*
+ * The longest prefix of r's prompt cached on any cluster r may be sent to
+ * at this instant (a candidate of model m, not excluded): only the clusters
+ * that served its session hold its entry, unless it has seen more than
+ * SEEN of them.
+ */
+static uint64_t
+best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q)
+{
+	const sess *ss = &s->ss[r->sess];
+	uint64_t best = 0, v;
+	size_t k, n = ss->seen_over ? s->ncand[m] : SEEN;
+
+	for (k = 0; k < n; k++) {
+		size_t i;
+
+		if (ss->seen_over)
+			i = s->cand[m][k];
+		else if (ss->seen[k] < 0)
+			break;
+		else if (s->drained[i = (size_t)ss->seen[k]])
+			continue;
+		if (excluded(r, i))
+			continue;
+		if ((v = eng_cached_prefix(s->cs[i].e, q)) > best)
+			best = v;
+	}
+	return best;
 }
 
 static void
@@ -853,8 +891,13 @@ route(sim *s, uint32_t ri, double t)
 				.output_tokens = r->output,
 				.udata = (void *)(uintptr_t)(ri + 1),
 			};
+			uint64_t took = 0, best = 0;
 			uint32_t h;
 
+			if (r->counted) {
+				took = eng_cached_prefix(s->cs[i].e, &q);
+				best = best_prefix(s, r, m, &q);
+			}
 			if (s->row->alg != SIM_ALG_PERFECT)
 				reserve(s, i, r->input, sc->sessions.priority,
 				    t);
@@ -866,6 +909,8 @@ route(sim *s, uint32_t ri, double t)
 				r->cluster = (int32_t)i;
 				r->selected = t;
 				if (r->counted) {
+					s->res->took_prefix += (double)took;
+					s->res->best_prefix += (double)best;
 					s->wait_sum += t - r->arrive;
 					s->nwait++;
 					if (r->last >= 0) {
@@ -991,6 +1036,7 @@ new_session(sim *s, double t)
 	ss->last = -1;
 	ss->ts = NONE;
 	memset(ss->seen, 0xff, sizeof(ss->seen));
+	ss->seen_over = false;
 	if (sc->has_trace) {
 		const sim_tsess *ts = &sc->trace.sess[s->next_trace];
 

@@ -175,6 +175,10 @@ typedef struct sim_result {
 	uint64_t	background;	/* background requests submitted */
 	double		input_tokens;
 	double		reused_tokens;
+	/* at each dispatch of a counted request: the prefix cached on the
+	 * chosen cluster, and the longest on any cluster it could go to */
+	double		took_prefix;
+	double		best_prefix;
 	double		kv_reuse;
 	double		ttft_p50_ms;
 	double		ttft_p99_ms;
