@@ -30,6 +30,7 @@
  * case), one with a zero dimension costs 256.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,26 +315,84 @@ body_session(const json_t *body, const char *field, bool object_id,
 	return 0;
 }
 
+/* The x-multi-turn-session-id header, trimmed, validated first whatever
+ * source wins: *hv, *hlen (0 when absent or blank). */
+static int
+header_session(const sg_header *hdrs, size_t nhdrs, const char **hv,
+    size_t *hlen, sg_error *err)
+{
+	const char *why;
+
+	*hlen = 0;
+	if ((*hv = header_get(hdrs, nhdrs, "x-multi-turn-session-id")) !=
+	    NULL) {
+		*hlen = strlen(*hv);
+		sg_trim(hv, hlen);
+		if (*hlen > 0 && (why = sg_identity_session_check(*hv,
+		    *hlen)) != NULL)
+			return REQERR(err,
+			    "x-multi-turn-session-id is invalid: %s", why);
+	}
+	return 0;
+}
+
+/*
+ * A session from a body field (src, bs[0..blen), blen > 0) or, with src
+ * SG_SOURCE_NONE, from the header (hv[0..hlen), hlen > 0): validate the
+ * body value, derive the key (a header already in key form is verbatim),
+ * fill id.
+ */
+static int
+set_session(sg_identity *id, int src, const char *bs, size_t blen,
+    const char *hv, size_t hlen, sg_error *err)
+{
+	char key[SG_AFFINITY_KEY_MAX] = "";
+	const char *why, *sid, *akey = key;
+	size_t sidlen, aklen;
+	int rc;
+
+	if (src != SG_SOURCE_NONE) {
+		if ((why = sg_identity_session_check(bs, blen)) != NULL)
+			return REQERR(err, "session id from %s is invalid: %s",
+			    sg_session_source_name(src), why);
+		sid = bs;
+		sidlen = blen;
+	} else {
+		src = SG_SOURCE_HEADER;
+		sid = hv;
+		sidlen = hlen;
+	}
+	if (src == SG_SOURCE_HEADER && sg_identity_is_affinity_key(hv, hlen)) {
+		akey = hv;
+		aklen = hlen;
+	} else {
+		if ((rc = sg_identity_affinity_key(key, sizeof(key), "session",
+		    sid, sidlen)) != 0)
+			return sg_seterr(err, rc, "affinity key: %s",
+			    sg_strerror(rc));
+		aklen = strlen(key);
+	}
+	if ((id->cache_affinity_key = strndup(akey, aklen)) == NULL ||
+	    (id->session_id = strndup(sid, sidlen)) == NULL)
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	id->source = src;
+	id->eligible = true;
+	return 0;
+}
+
 static int
 resolve_session(sg_identity *id, const json_t *body, const sg_header *hdrs,
     size_t nhdrs, sg_error *err)
 {
 	char key[SG_AFFINITY_KEY_MAX] = "";
-	const char *hv, *bs = NULL, *why, *sid = NULL, *akey = key;
-	size_t hlen = 0, blen = 0, sidlen = 0, aklen = 0;
+	const char *hv = NULL, *bs = NULL;
+	size_t hlen = 0, blen = 0;
 	char *payload = NULL;
 	const json_t *pv;
 	int rc, src = SG_SOURCE_NONE;
 
-	/* The header is validated first, whatever source wins. */
-	if ((hv = header_get(hdrs, nhdrs, "x-multi-turn-session-id")) != NULL) {
-		hlen = strlen(hv);
-		sg_trim(&hv, &hlen);
-		if (hlen > 0 && (why = sg_identity_session_check(hv, hlen)) !=
-		    NULL)
-			return REQERR(err,
-			    "x-multi-turn-session-id is invalid: %s", why);
-	}
+	if ((rc = header_session(hdrs, nhdrs, &hv, &hlen, err)) != 0)
+		return rc;
 	if ((rc = body_session(body, "prompt_cache_key", false, &bs, &blen,
 	    err)) != 0)
 		return rc;
@@ -346,55 +405,27 @@ resolve_session(sg_identity *id, const json_t *body, const sg_header *hdrs,
 		if (blen > 0)
 			src = SG_SOURCE_CONVERSATION_ID;
 	}
-	if (src != SG_SOURCE_NONE) {
-		if ((why = sg_identity_session_check(bs, blen)) != NULL)
-			return REQERR(err, "session id from %s is invalid: %s",
-			    sg_session_source_name(src), why);
-		sid = bs;
-		sidlen = blen;
-	} else if (hlen > 0) {
-		src = SG_SOURCE_HEADER;
-		sid = hv;
-		sidlen = hlen;
-	}
+	if (src != SG_SOURCE_NONE || hlen > 0)
+		return set_session(id, src, bs, blen, hv, hlen, err);
 
-	if (src == SG_SOURCE_HEADER && sg_identity_is_affinity_key(hv, hlen)) {
-		/* Already a key (an upstream gateway derived it): verbatim. */
-		akey = hv;
-		aklen = hlen;
-	} else if (src != SG_SOURCE_NONE) {
-		rc = sg_identity_affinity_key(key, sizeof(key), "session", sid,
-		    sidlen);
-		if (rc != 0)
-			return sg_seterr(err, rc, "affinity key: %s",
-			    sg_strerror(rc));
-	} else {
-		pv = json_object_get(body,
-		    id->endpoint == SG_ENDPOINT_RESPONSES ? "input" : "messages");
-		if (pv == NULL || json_is_null(pv))
-			return 0;	/* nothing to hash: no session */
-		payload = json_dumps(pv, JSON_COMPACT | JSON_ENCODE_ANY);
-		if (payload == NULL)
-			return sg_seterr(err, SG_ENOMEM, "out of memory");
-		rc = sg_identity_affinity_key(key, sizeof(key), "payload",
-		    payload, strlen(payload));
-		free(payload);
-		if (rc != 0)
-			return sg_seterr(err, rc, "affinity key: %s",
-			    sg_strerror(rc));
-		src = SG_SOURCE_PAYLOAD;
-		sid = key;	/* a payload session's id is its key */
-		sidlen = strlen(key);
-	}
-
-	if (akey == key)
-		aklen = strlen(key);
-	if ((id->cache_affinity_key = strndup(akey, aklen)) == NULL ||
-	    (id->session_id = strndup(sid, sidlen)) == NULL)
+	pv = json_object_get(body,
+	    id->endpoint == SG_ENDPOINT_RESPONSES ? "input" : "messages");
+	if (pv == NULL || json_is_null(pv))
+		return 0;	/* nothing to hash: no session */
+	payload = json_dumps(pv, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (payload == NULL)
 		return sg_seterr(err, SG_ENOMEM, "out of memory");
-	id->source = src;
-	id->eligible = src == SG_SOURCE_PROMPT_CACHE_KEY ||
-	    src == SG_SOURCE_CONVERSATION_ID || src == SG_SOURCE_HEADER;
+	rc = sg_identity_affinity_key(key, sizeof(key), "payload", payload,
+	    strlen(payload));
+	free(payload);
+	if (rc != 0)
+		return sg_seterr(err, rc, "affinity key: %s", sg_strerror(rc));
+	/* a payload session's id is its key */
+	if ((id->cache_affinity_key = strdup(key)) == NULL ||
+	    (id->session_id = strdup(key)) == NULL)
+		return sg_seterr(err, SG_ENOMEM, "out of memory");
+	id->source = SG_SOURCE_PAYLOAD;
+	id->eligible = false;
 	return 0;
 }
 
@@ -1205,6 +1236,636 @@ sg_identity_parse(sg_identity *id, int endpoint, const json_t *body,
 	*id = tmp;
 	return 0;
 out:
+	sg_identity_release(&tmp);
+	return rc;
+}
+
+/* --- the byte scan (sg_identity_parse_text) ----------------------------- */
+
+/*
+ * One pass over the body text, no tree: every value is checked by JSON's
+ * grammar (as strictly as jansson reads it, or the scan gives up), member
+ * names are compared raw, and only what the identity and the chat
+ * estimate read is kept: the model, prompt_cache_key, and per message the
+ * decoded lengths of its strings.  Strings are skipped eight bytes at a
+ * time until a quote, a backslash, a control byte or a non-ASCII byte
+ * (then validated as UTF-8 once).  Whatever the scan does not handle — a
+ * value the estimate encodes (tools, tool_calls, content parts...), an
+ * escaped model or session id, duplicate members it reads, numbers jansson
+ * might refuse, deep nesting, a payload session, anything malformed —
+ * makes it answer ENOTSUP: the full parse then decides, so a body the
+ * scan accepts gets exactly what sg_identity_parse() gives it.
+ */
+#define SCAN_DEPTH_MAX	64
+#define SCAN_NUM_MAX	15	/* longer numbers (or exponents): jansson
+				 * may refuse them as out of range */
+
+struct scan {
+	const char	*s;
+	size_t		 n, i;
+	int		 depth;
+};
+
+struct sstr {
+	const char	*p;		/* raw bytes between the quotes */
+	size_t		 raw;
+	size_t		 dec;		/* decoded length */
+	bool		 esc;
+};
+
+#define SCAN_NO	ENOTSUP
+
+static void
+scan_ws(struct scan *c)
+{
+	while (c->i < c->n && (c->s[c->i] == ' ' || c->s[c->i] == '\n' ||
+	    c->s[c->i] == '\r' || c->s[c->i] == '\t'))
+		c->i++;
+}
+
+/* Any byte of w a quote, a backslash, below 0x20 or above 0x7f? */
+static bool
+word_special(uint64_t w)
+{
+	const uint64_t lo = 0x0101010101010101ULL;
+	const uint64_t hi = 0x8080808080808080ULL;
+	uint64_t q = w ^ (lo * '"'), b = w ^ (lo * '\\');
+
+	return ((((q - lo) & ~q) | ((b - lo) & ~b) | (w - lo * 0x20) | w) &
+	    hi) != 0;
+}
+
+static int
+hex4(const char *p, unsigned *cp)
+{
+	unsigned v = 0;
+	int i, d;
+
+	for (i = 0; i < 4; i++) {
+		char ch = p[i];
+
+		if (ch >= '0' && ch <= '9')
+			d = ch - '0';
+		else if (ch >= 'a' && ch <= 'f')
+			d = ch - 'a' + 10;
+		else if (ch >= 'A' && ch <= 'F')
+			d = ch - 'A' + 10;
+		else
+			return -1;
+		v = v << 4 | (unsigned)d;
+	}
+	*cp = v;
+	return 0;
+}
+
+/* An escape at s[i] == '\\': its raw length, and its decoded one in *dec;
+ * 0 when jansson would refuse it (or the text ends). */
+static size_t
+scan_escape(const struct scan *c, size_t i, size_t *dec)
+{
+	unsigned cp, lo;
+
+	if (i + 1 >= c->n)
+		return 0;
+	switch (c->s[i + 1]) {
+	case '"': case '\\': case '/': case 'b': case 'f': case 'n':
+	case 'r': case 't':
+		*dec = 1;
+		return 2;
+	case 'u':
+		break;
+	default:
+		return 0;
+	}
+	if (i + 6 > c->n || hex4(c->s + i + 2, &cp) != 0 || cp == 0)
+		return 0;
+	if (cp >= 0xdc00 && cp <= 0xdfff)
+		return 0;
+	if (cp >= 0xd800 && cp <= 0xdbff) {
+		if (i + 12 > c->n || c->s[i + 6] != '\\' ||
+		    c->s[i + 7] != 'u' || hex4(c->s + i + 8, &lo) != 0 ||
+		    lo < 0xdc00 || lo > 0xdfff)
+			return 0;
+		*dec = 4;
+		return 12;
+	}
+	*dec = cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+	return 6;
+}
+
+/* A string at s[i] == '"'. */
+static int
+scan_string(struct scan *c, struct sstr *out)
+{
+	size_t i = c->i + 1, start = i, dec = 0, n = c->n;
+	bool high = false;
+
+	out->esc = false;
+	for (;;) {
+		uint64_t w;
+
+		while (i + 8 <= n) {
+			memcpy(&w, c->s + i, 8);
+			if (word_special(w))
+				break;
+			i += 8;
+			dec += 8;
+		}
+		if (i >= n)
+			return SCAN_NO;
+		{
+			unsigned char ch = (unsigned char)c->s[i];
+
+			if (ch == '"')
+				break;
+			if (ch == '\\') {
+				size_t d, r = scan_escape(c, i, &d);
+
+				if (r == 0)
+					return SCAN_NO;
+				i += r;
+				dec += d;
+				out->esc = true;
+				continue;
+			}
+			if (ch < 0x20)
+				return SCAN_NO;
+			if (ch >= 0x80)
+				high = true;
+			i++;
+			dec++;
+		}
+	}
+	if (high && !sg_utf8_valid(c->s + start, i - start))
+		return SCAN_NO;
+	out->p = c->s + start;
+	out->raw = i - start;
+	out->dec = dec;
+	c->i = i + 1;
+	return 0;
+}
+
+static int
+scan_number(struct scan *c)
+{
+	size_t i = c->i, start = i;
+	const char *s = c->s;
+
+	if (i < c->n && s[i] == '-')
+		i++;
+	if (i >= c->n || !isdigit((unsigned char)s[i]))
+		return SCAN_NO;
+	if (s[i] == '0')
+		i++;
+	else
+		while (i < c->n && isdigit((unsigned char)s[i]))
+			i++;
+	if (i < c->n && s[i] == '.') {
+		if (++i >= c->n || !isdigit((unsigned char)s[i]))
+			return SCAN_NO;
+		while (i < c->n && isdigit((unsigned char)s[i]))
+			i++;
+	}
+	/* an exponent may overflow a double: jansson refuses that */
+	if (i < c->n && (s[i] == 'e' || s[i] == 'E'))
+		return SCAN_NO;
+	if (i - start > SCAN_NUM_MAX)
+		return SCAN_NO;
+	c->i = i;
+	return 0;
+}
+
+static int scan_value(struct scan *c);
+
+/* Members of an object (s[i] == '{') or elements of an array ('['),
+ * skipped. */
+static int
+scan_container(struct scan *c)
+{
+	bool obj = c->s[c->i] == '{';
+	char close = obj ? '}' : ']';
+	struct sstr k;
+	int rc;
+
+	if (++c->depth > SCAN_DEPTH_MAX)
+		return SCAN_NO;
+	c->i++;
+	scan_ws(c);
+	if (c->i < c->n && c->s[c->i] == close) {
+		c->i++;
+		c->depth--;
+		return 0;
+	}
+	for (;;) {
+		if (obj) {
+			if (c->i >= c->n || c->s[c->i] != '"' ||
+			    (rc = scan_string(c, &k)) != 0)
+				return SCAN_NO;
+			scan_ws(c);
+			if (c->i >= c->n || c->s[c->i] != ':')
+				return SCAN_NO;
+			c->i++;
+		}
+		if ((rc = scan_value(c)) != 0)
+			return rc;
+		scan_ws(c);
+		if (c->i >= c->n)
+			return SCAN_NO;
+		if (c->s[c->i] == close) {
+			c->i++;
+			c->depth--;
+			return 0;
+		}
+		if (c->s[c->i] != ',')
+			return SCAN_NO;
+		c->i++;
+		scan_ws(c);
+	}
+}
+
+static int
+scan_lit(struct scan *c, const char *lit, size_t len)
+{
+	if (c->n - c->i < len || memcmp(c->s + c->i, lit, len) != 0)
+		return SCAN_NO;
+	c->i += len;
+	return 0;
+}
+
+/* Any value, skipped (leading white space too). */
+static int
+scan_value(struct scan *c)
+{
+	struct sstr t;
+
+	scan_ws(c);
+	if (c->i >= c->n)
+		return SCAN_NO;
+	switch (c->s[c->i]) {
+	case '"':
+		return scan_string(c, &t);
+	case '{':
+	case '[':
+		return scan_container(c);
+	case 't':
+		return scan_lit(c, "true", 4);
+	case 'f':
+		return scan_lit(c, "false", 5);
+	case 'n':
+		return scan_lit(c, "null", 4);
+	default:
+		return scan_number(c);
+	}
+}
+
+/* What a member's value is, when the estimate reads it. */
+enum vkind { V_STRING, V_NULL, V_OTHER };
+
+/* A value that is a string (kept in *t), null, or anything else (skipped). */
+static int
+scan_member(struct scan *c, struct sstr *t, int *kind)
+{
+	int rc;
+
+	scan_ws(c);
+	if (c->i >= c->n)
+		return SCAN_NO;
+	if (c->s[c->i] == '"') {
+		*kind = V_STRING;
+		return scan_string(c, t);
+	}
+	if (c->s[c->i] == 'n' && c->n - c->i >= 4 &&
+	    memcmp(c->s + c->i, "null", 4) == 0) {
+		*kind = V_NULL;
+		c->i += 4;
+		return 0;
+	}
+	*kind = V_OTHER;
+	rc = scan_value(c);
+	return rc;
+}
+
+static bool
+key_is(const struct sstr *k, const char *name)
+{
+	size_t n = strlen(name);
+
+	return !k->esc && k->raw == n && memcmp(k->p, name, n) == 0;
+}
+
+/* Iterate an object's members: fn(c, key, arg) consumes each value. */
+typedef int scan_member_fn(struct scan *c, const struct sstr *k, void *arg);
+
+static int
+scan_object(struct scan *c, scan_member_fn *fn, void *arg)
+{
+	struct sstr k;
+	int rc;
+
+	if (c->i >= c->n || c->s[c->i] != '{' || ++c->depth > SCAN_DEPTH_MAX)
+		return SCAN_NO;
+	c->i++;
+	scan_ws(c);
+	if (c->i < c->n && c->s[c->i] == '}') {
+		c->i++;
+		c->depth--;
+		return 0;
+	}
+	for (;;) {
+		if (c->i >= c->n || c->s[c->i] != '"' ||
+		    scan_string(c, &k) != 0)
+			return SCAN_NO;
+		scan_ws(c);
+		if (c->i >= c->n || c->s[c->i] != ':')
+			return SCAN_NO;
+		c->i++;
+		if ((rc = fn(c, &k, arg)) != 0)
+			return rc;
+		scan_ws(c);
+		if (c->i >= c->n)
+			return SCAN_NO;
+		if (c->s[c->i] == '}') {
+			c->i++;
+			c->depth--;
+			return 0;
+		}
+		if (c->s[c->i] != ',')
+			return SCAN_NO;
+		c->i++;
+		scan_ws(c);
+	}
+}
+
+/* A message's contribution (message_tokens), members read once each. */
+struct smsg {
+	uint64_t	t;
+	unsigned	seen;
+};
+
+static int
+msg_member(struct scan *c, const struct sstr *k, void *arg)
+{
+	static const char *const names[] = {
+		"content", "name", "tool_call_id", "reasoning", "channel",
+		"tool_calls", "function_call",
+	};
+	struct smsg *m = arg;
+	struct sstr v;
+	size_t f;
+	int kind, rc;
+
+	for (f = 0; f < sizeof(names) / sizeof(names[0]); f++)
+		if (key_is(k, names[f]))
+			break;
+	if (f == sizeof(names) / sizeof(names[0]))
+		return scan_value(c);
+	if (m->seen & (1u << f))
+		return SCAN_NO;		/* jansson keeps the last one */
+	m->seen |= 1u << f;
+	if ((rc = scan_member(c, &v, &kind)) != 0)
+		return rc;
+	if (kind == V_NULL)
+		return 0;
+	switch (f) {
+	case 0:				/* content: a string, or the full parse */
+		if (kind != V_STRING)
+			return SCAN_NO;
+		m->t += sg_identity_text_tokens(v.dec);
+		return 0;
+	case 1:				/* name */
+		if (kind == V_STRING && v.dec > 0)
+			m->t += sg_identity_text_tokens(v.dec) + 1;
+		return 0;
+	case 5:				/* tool_calls, function_call: values */
+	case 6:
+		return SCAN_NO;
+	default:
+		if (kind == V_STRING)
+			m->t += sg_identity_text_tokens(v.dec);
+		return 0;
+	}
+}
+
+static int
+scan_messages(struct scan *c, uint64_t *t)
+{
+	struct smsg m;
+	int rc;
+
+	scan_ws(c);
+	if (c->i >= c->n || c->s[c->i] != '[')
+		return SCAN_NO;
+	c->i++;
+	scan_ws(c);
+	if (c->i < c->n && c->s[c->i] == ']') {
+		c->i++;
+		return 0;
+	}
+	for (;;) {
+		scan_ws(c);
+		if (c->i < c->n && c->s[c->i] == '{') {
+			m.t = 3 + 2;
+			m.seen = 0;
+			if ((rc = scan_object(c, msg_member, &m)) != 0)
+				return rc;
+			*t += m.t;
+		} else if ((rc = scan_value(c)) != 0)
+			return rc;	/* not an object: counts nothing */
+		scan_ws(c);
+		if (c->i >= c->n)
+			return SCAN_NO;
+		if (c->s[c->i] == ']') {
+			c->i++;
+			return 0;
+		}
+		if (c->s[c->i] != ',')
+			return SCAN_NO;
+		c->i++;
+	}
+}
+
+/* stop: a string, or an array whose strings count. */
+static int
+scan_stop(struct scan *c, uint64_t *t)
+{
+	struct sstr v;
+	int kind, rc;
+
+	scan_ws(c);
+	if (c->i >= c->n || c->s[c->i] != '[') {
+		if ((rc = scan_member(c, &v, &kind)) != 0)
+			return rc;
+		if (kind == V_STRING)
+			*t += sg_identity_text_tokens(v.dec);
+		return 0;
+	}
+	if (++c->depth > SCAN_DEPTH_MAX)
+		return SCAN_NO;
+	c->i++;
+	scan_ws(c);
+	if (c->i < c->n && c->s[c->i] == ']') {
+		c->i++;
+		c->depth--;
+		return 0;
+	}
+	for (;;) {
+		if ((rc = scan_member(c, &v, &kind)) != 0)
+			return rc;
+		if (kind == V_STRING)
+			*t += sg_identity_text_tokens(v.dec);
+		scan_ws(c);
+		if (c->i >= c->n)
+			return SCAN_NO;
+		if (c->s[c->i] == ']') {
+			c->i++;
+			c->depth--;
+			return 0;
+		}
+		if (c->s[c->i] != ',')
+			return SCAN_NO;
+		c->i++;
+	}
+}
+
+/* The top level of a chat completion body. */
+struct sbody {
+	uint64_t	 t;
+	unsigned	 seen;
+	struct sstr	 model, pck;
+	bool		 has_model, has_pck, has_msgs;
+};
+
+enum {
+	B_MODEL, B_PCK, B_MESSAGES, B_STOP, B_TOOLS, B_FUNCTIONS,
+	B_RESPONSE_FORMAT, B_METADATA, B_TOOL_CHOICE, B_FUNCTION_CALL,
+	B_USER, B_REASONING_FORMAT, B_REASONING_EFFORT, B_NFIELDS,
+};
+
+static int
+body_member(struct scan *c, const struct sstr *k, void *arg)
+{
+	static const char *const names[B_NFIELDS] = {
+		"model", "prompt_cache_key", "messages", "stop", "tools",
+		"functions", "response_format", "metadata", "tool_choice",
+		"function_call", "user", "reasoning_format",
+		"reasoning_effort",
+	};
+	struct sbody *b = arg;
+	struct sstr v;
+	size_t f;
+	int kind, rc;
+
+	for (f = 0; f < B_NFIELDS; f++)
+		if (key_is(k, names[f]))
+			break;
+	if (f == B_NFIELDS)
+		return scan_value(c);
+	if (b->seen & (1u << f))
+		return SCAN_NO;
+	b->seen |= 1u << f;
+	if (f == B_MESSAGES) {
+		b->has_msgs = true;
+		return scan_messages(c, &b->t);
+	}
+	if (f == B_STOP)
+		return scan_stop(c, &b->t);
+	if ((rc = scan_member(c, &v, &kind)) != 0)
+		return rc;
+	switch (f) {
+	case B_MODEL:
+	case B_PCK:
+		/* raw bytes are the value only without escapes */
+		if (kind == V_NULL)
+			return f == B_MODEL ? SCAN_NO : 0;
+		if (kind != V_STRING || v.esc)
+			return SCAN_NO;
+		if (f == B_MODEL) {
+			b->model = v;
+			b->has_model = true;
+		} else {
+			b->pck = v;
+			b->has_pck = true;
+		}
+		return 0;
+	case B_TOOLS:
+	case B_FUNCTIONS:
+	case B_RESPONSE_FORMAT:
+	case B_METADATA:
+		return kind == V_NULL ? 0 : SCAN_NO;
+	case B_TOOL_CHOICE:
+	case B_FUNCTION_CALL:
+		if (kind == V_OTHER)
+			return SCAN_NO;
+		/* FALLTHROUGH */
+	default:
+		if (kind == V_STRING)
+			b->t += sg_identity_text_tokens(v.dec);
+		return 0;
+	}
+}
+
+int
+sg_identity_parse_text(sg_identity *id, int endpoint, const char *body,
+    size_t len, const sg_header *hdrs, size_t nhdrs,
+    const char *bound_routing_key, sg_error *err)
+{
+	struct scan c = { body, len, 0, 0 };
+	struct sbody b;
+	sg_identity tmp;
+	const char *hv = NULL;
+	char *mid = NULL;
+	size_t hlen = 0, i;
+	int rc;
+
+	if (id == NULL || body == NULL || (hdrs == NULL && nhdrs > 0) ||
+	    sg_endpoint_name(endpoint) == NULL)
+		return sg_seterr(err, SG_EINVAL,
+		    "sg_identity_parse_text: bad arguments");
+	if (endpoint != SG_ENDPOINT_CHAT)
+		return SCAN_NO;
+	memset(&b, 0, sizeof(b));
+	scan_ws(&c);
+	if (scan_object(&c, body_member, &b) != 0)
+		return SCAN_NO;
+	scan_ws(&c);
+	if (c.i != c.n || !b.has_model || !b.has_msgs)
+		return SCAN_NO;
+	/* a payload session hashes jansson's encoding of the messages */
+	if ((!b.has_pck || b.pck.raw == 0) &&
+	    header_get(hdrs, nhdrs, "x-multi-turn-session-id") == NULL)
+		return SCAN_NO;
+	sg_identity_release(id);
+	sg_identity_init(&tmp);
+	tmp.endpoint = endpoint;
+	if ((mid = strndup(b.model.p, b.model.raw)) == NULL) {
+		rc = sg_seterr(err, SG_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = sg_identity_split_model(mid, bound_routing_key,
+	    &tmp.routing_key, &tmp.model, err)) != 0)
+		goto out;
+	if ((rc = header_session(hdrs, nhdrs, &hv, &hlen, err)) != 0)
+		goto out;
+	if (b.has_pck && b.pck.raw > 0)
+		rc = set_session(&tmp, SG_SOURCE_PROMPT_CACHE_KEY, b.pck.p,
+		    b.pck.raw, hv, hlen, err);
+	else if (hlen > 0)
+		rc = set_session(&tmp, SG_SOURCE_NONE, NULL, 0, hv, hlen, err);
+	else {
+		rc = SCAN_NO;		/* a blank header: payload */
+		goto out;
+	}
+	if (rc != 0)
+		goto out;
+	tmp.input_tokens = b.t;
+	for (i = 0; i < sizeof(model_extras) / sizeof(model_extras[0]); i++)
+		if (strcmp(tmp.model, model_extras[i].model) == 0)
+			tmp.input_tokens += model_extras[i].extra;
+	*id = tmp;
+	free(mid);
+	return 0;
+out:
+	free(mid);
 	sg_identity_release(&tmp);
 	return rc;
 }

@@ -90,6 +90,24 @@ int	sg_identity_parse(sg_identity *id, int endpoint, const json_t *body,
 	    sg_error *err);
 
 /*
+ * sg_identity_parse() over the body's text body[0..len), without building
+ * a JSON tree: one pass that reads only what the identity needs (a 220 KiB
+ * prompt costs a scan, not a parse).  It answers for the common case — a
+ * chat completion whose messages have string contents, with a
+ * prompt_cache_key or an x-multi-turn-session-id session — and returns
+ * ENOTSUP (nothing set, no error text) for anything else: other
+ * endpoints, values the estimate encodes (tools, tool_calls, content
+ * parts, metadata, ...), escaped model ids or session ids, duplicate
+ * members it reads, payload sessions, malformed or unusual JSON.  The
+ * caller then parses the body and calls sg_identity_parse().  When it
+ * answers, the result (identity, or error and message) is exactly
+ * sg_identity_parse()'s for the same body.
+ */
+int	sg_identity_parse_text(sg_identity *id, int endpoint, const char *body,
+	    size_t len, const sg_header *hdrs, size_t nhdrs,
+	    const char *bound_routing_key, sg_error *err);
+
+/*
  * Split a public model id at its first '/' into a routing key and a model
  * (both new strings the caller frees with free(3)); a 36-character routing
  * key that is a UUID comes back lower-cased.  bound_routing_key as above.

@@ -6,7 +6,8 @@
  *   1. the API key (--api-keys: SHA-256 of the bearer key, compared with
  *      every entry in constant time; 401 otherwise), which may bind a
  *      routing key and a priority;
- *   2. the identity (sg_identity_parse over the JSON body): routing key
+ *   2. the identity (sg_identity_parse_text, a byte scan, for the common
+ *      chat body; else sg_identity_parse over the parsed body): routing key
  *      and routed model from the public model id, session source, cache
  *      affinity key, token estimate; 400 with an OpenAI error body;
  *   3. the body's top-level "model" rewritten to the routed model (gwjson.c,
@@ -1328,18 +1329,27 @@ gateway_accept(proxy *p, struct evhttp_request *req, const char *endpoint)
 		return;
 	}
 	bytes = blen > 0 ? (const char *)evbuffer_pullup(bb, -1) : "";
-	if ((body = json_loadb(bytes, blen, 0, &jerr)) == NULL) {
-		refuse(q, 400, "invalid_request_error", NULL,
-		    "request body is not valid JSON");
-		return;
-	}
 	memset(&err, 0, sizeof(err));
-	if (tenant_model(body, key) != 0)
-		rc = sg_seterr(&err, SG_ENOMEM, "out of memory");
-	else
-		rc = sg_identity_parse(&q->gw.id, endpoint_id(endpoint), body,
-		    p->hdrs, n, key != NULL ? key->routing_key : NULL, &err);
-	json_decref(body);
+	/* the byte scan answers the common case; the full parse the rest
+	 * (and a tenant's model id without its routing key) */
+	rc = sg_identity_parse_text(&q->gw.id, endpoint_id(endpoint), bytes,
+	    blen, p->hdrs, n, key != NULL ? key->routing_key : NULL, &err);
+	if (rc == ENOTSUP || (rc == SG_EREQUEST && key != NULL &&
+	    key->routing_key != NULL)) {
+		if ((body = json_loadb(bytes, blen, 0, &jerr)) == NULL) {
+			refuse(q, 400, "invalid_request_error", NULL,
+			    "request body is not valid JSON");
+			return;
+		}
+		memset(&err, 0, sizeof(err));
+		if (tenant_model(body, key) != 0)
+			rc = sg_seterr(&err, SG_ENOMEM, "out of memory");
+		else
+			rc = sg_identity_parse(&q->gw.id, endpoint_id(endpoint),
+			    body, p->hdrs, n, key != NULL ? key->routing_key :
+			    NULL, &err);
+		json_decref(body);
+	}
 	if (rc != 0) {
 		if (rc == SG_EREQUEST)
 			refuse(q, err.status != 0 ? err.status : 400,

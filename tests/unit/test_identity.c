@@ -7,7 +7,10 @@
  */
 #include "sg_test.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sg_identity.h"
 #include "sg_store.h"
@@ -812,6 +815,197 @@ test_json_len_matches_reference_encoder(void **state)
 	assert_int_equal(jlen("[]"), 2);
 }
 
+/* --- the byte scan agrees with the full parse ------------------------- */
+
+/* Both readings of body (with header h1: v1 when h1 is not NULL): the
+ * scan answers ENOTSUP, or exactly what the full parse answers.  Returns
+ * the scan's code. */
+static int
+both(const char *body, const char *h1, const char *v1, const char *bound)
+{
+	sg_identity a, b;
+	sg_error ea, eb;
+	sg_header hdrs[1];
+	json_error_t jerr;
+	json_t *j;
+	int ra, rb;
+
+	sg_identity_init(&a);
+	sg_identity_init(&b);
+	hdrs[0].name = h1;
+	hdrs[0].value = v1;
+	sg_error_clear(&ea);
+	sg_error_clear(&eb);
+	ra = sg_identity_parse_text(&a, SG_ENDPOINT_CHAT, body, strlen(body),
+	    hdrs, h1 != NULL ? 1 : 0, bound, &ea);
+	if (ra == ENOTSUP)
+		return ra;
+	j = json_loads(body, 0, &jerr);
+	if (j == NULL)
+		fail_msg("the scan accepted a body jansson refuses: %s", body);
+	rb = sg_identity_parse(&b, SG_ENDPOINT_CHAT, j, hdrs,
+	    h1 != NULL ? 1 : 0, bound, &eb);
+	json_decref(j);
+	if (ra != rb)
+		fail_msg("%s: scan %d, parse %d", body, ra, rb);
+	if (ra != 0)
+		assert_string_equal(ea.text, eb.text);
+	else {
+		assert_string_equal(a.model, b.model);
+		assert_string_equal(a.routing_key, b.routing_key);
+		assert_int_equal(a.source, b.source);
+		assert_string_equal(a.session_id, b.session_id);
+		assert_string_equal(a.cache_affinity_key, b.cache_affinity_key);
+		assert_int_equal(a.eligible, b.eligible);
+		if (a.input_tokens != b.input_tokens)
+			fail_msg("%s: scan %llu tokens, parse %llu", body,
+			    (unsigned long long)a.input_tokens,
+			    (unsigned long long)b.input_tokens);
+	}
+	sg_identity_release(&a);
+	sg_identity_release(&b);
+	return ra;
+}
+
+static void
+test_scan_agrees_with_parse_on_common_chat_bodies(void **state)
+{
+	static const char *const bodies[] = {
+		"{\"model\":\"acme/llama\",\"prompt_cache_key\":\"sess-1\","
+		    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+		" { \"messages\" : [ {\"role\":\"system\",\"content\":"
+		    "\"a\\nb\\\"c\\u00e9\\ud83d\\ude00\\/\"}, {\"role\":\"user\","
+		    "\"content\":\"caf\xc3\xa9 \xe2\x80\xa8 <&>\",\"name\":\"bob\"}"
+		    ", 7, null, [1, {\"x\": [true, false]}] ] , \"model\" : "
+		    "\"t/llama2-70b-4096\", \"prompt_cache_key\": \"k\", "
+		    "\"temperature\": 0.5, \"max_tokens\": -12, \"stream\": true,"
+		    " \"stop\": [\"a\", 3, \"\\t\"], \"user\": \"u-1\", "
+		    "\"tools\": null, \"tool_choice\": \"auto\", "
+		    "\"reasoning_effort\": \"low\", \"x\": {\"y\": [[], {}]} }\n",
+		"{\"model\":\"acme/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[{\"role\":\"tool\",\"content\":null,\"tool_call_id\":\"c1\","
+		    "\"reasoning\":\"r\",\"channel\":\"ch\",\"name\":\"\","
+		    "\"tool_calls\":null}],\"stop\":\"END\"}",
+		"{\"model\":\"acme/m\",\"messages\":[]}",
+		"{\"model\":\"acme/m\",\"prompt_cache_key\":\"\",\"messages\":[]}",
+		"{\"model\":\"nokey\",\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		"{\"model\":\"/m\",\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		"{\"model\":\"acme/\",\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		"{\"model\":\"ABCDEF01-2345-6789-ABCD-EF0123456789/m\","
+		    "\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		/* a session id over 256 bytes: the same 400 */
+		"{\"model\":\"acme/m\",\"prompt_cache_key\":\""
+		    "0123456789abcdef0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef0\","
+		    "\"messages\":[]}",
+	};
+	size_t i, answered = 0;
+
+	(void)state;
+	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+		if (both(bodies[i], NULL, NULL, NULL) != ENOTSUP)
+			answered++;
+	/* the header source, and its checks, with the scan */
+	assert_int_equal(both(bodies[3], "x-multi-turn-session-id", " hdr-7 ",
+	    NULL), 0);
+	assert_int_equal(both(bodies[3], "X-Multi-Turn-Session-Id",
+	    "mt:v1:session:" SHA_SESS1, NULL), 0);
+	assert_int_equal(both(bodies[0], "x-multi-turn-session-id",
+	    "bad\x7fheader", NULL), SG_EREQUEST);
+	assert_int_equal(both(bodies[0], NULL, NULL, "acme"), 0);
+	assert_int_equal(both(bodies[0], NULL, NULL, "other"), SG_EREQUEST);
+	/* all but the payload sessions (3, 4) answered by the scan */
+	assert_int_equal(answered, sizeof(bodies) / sizeof(bodies[0]) - 2);
+}
+
+static void
+test_scan_leaves_the_rest_to_the_parse(void **state)
+{
+	static const char *const bodies[] = {
+		/* payload session: jansson's encoding is hashed */
+		"{\"model\":\"a/m\",\"messages\":[{\"role\":\"user\"}]}",
+		/* values the estimate encodes */
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[{\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[{\"content\":\"x\",\"tool_calls\":[]}]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],"
+		    "\"tools\":[]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],"
+		    "\"metadata\":{}}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],"
+		    "\"tool_choice\":{\"type\":\"none\"}}",
+		/* escaped ids, duplicates, numbers jansson may refuse */
+		"{\"model\":\"a\\/m\",\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"\\u0070\","
+		    "\"messages\":[]}",
+		"{\"model\":\"a/m\",\"model\":\"b/m\",\"prompt_cache_key\":\"p\","
+		    "\"messages\":[]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],"
+		    "\"n\":1e400}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],"
+		    "\"n\":123456789012345678901}",
+		/* malformed: the parse words the error */
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[]",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[]}x",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[],}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[\"\xc3\x28\"]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[\"\\ud800\"]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[\"a\x01\"]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":"
+		    "[\"\\u0000\"]}",
+		"{\"model\":\"a/m\",\"prompt_cache_key\":\"p\",\"messages\":[01]}",
+		"{\"model\":null,\"prompt_cache_key\":\"p\",\"messages\":[]}",
+		"[]",
+		"",
+	};
+	sg_identity id;
+	sg_error err;
+	size_t i;
+
+	(void)state;
+	sg_identity_init(&id);
+	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		sg_error_clear(&err);
+		if (sg_identity_parse_text(&id, SG_ENDPOINT_CHAT, bodies[i],
+		    strlen(bodies[i]), NULL, 0, NULL, &err) != ENOTSUP)
+			fail_msg("scan answered: %s", bodies[i]);
+		assert_null(id.model);
+	}
+	/* other endpoints: always the parse */
+	assert_int_equal(sg_identity_parse_text(&id, SG_ENDPOINT_RESPONSES,
+	    "{}", 2, NULL, 0, NULL, &err), ENOTSUP);
+}
+
+static void
+test_scan_of_a_220_kib_prompt_counts_like_the_parse(void **state)
+{
+	size_t n = 225280, i, pre;
+	char *b = malloc(n + 200);
+	const char *tail = "\"}]}";
+
+	(void)state;
+	assert_non_null(b);
+	pre = (size_t)snprintf(b, 200, "{\"model\":\"acme/m\","
+	    "\"prompt_cache_key\":\"big\",\"messages\":[{\"role\":\"system\","
+	    "\"content\":\"");
+	for (i = 0; i < n; i++)
+		b[pre + i] = i % 997 == 0 ? '\\' : "lorem ipsum dolor sit "[i % 22];
+	for (i = 0; i < n; i++)		/* every backslash escapes an 'n' */
+		if (b[pre + i] == '\\')
+			b[pre + ++i] = 'n';
+	memcpy(b + pre + n, tail, strlen(tail) + 1);
+	assert_int_equal(both(b, NULL, NULL, NULL), 0);
+	free(b);
+}
+
 int
 main(void)
 {
@@ -845,6 +1039,9 @@ main(void)
 		cmocka_unit_test(test_responses_counted_as_chat),
 		cmocka_unit_test(test_embeddings_and_completions_sum_text_items),
 		cmocka_unit_test(test_json_len_matches_reference_encoder),
+		cmocka_unit_test(test_scan_agrees_with_parse_on_common_chat_bodies),
+		cmocka_unit_test(test_scan_leaves_the_rest_to_the_parse),
+		cmocka_unit_test(test_scan_of_a_220_kib_prompt_counts_like_the_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""gw-report.py -- the report of tools/proxy-bench/run --gateway.
+
+Reads OUT/results.tsv (one line per wrk run: targets sgproxy = --role
+router, sgall = --role all with the last-cluster store on) and prints
+Markdown: per concurrency and target the median (min-max over the rounds)
+of requests/s, p50, p99 and the proxy's CPU per request; then the gateway
+stage's cost per round -- CPU per request of all over router (as added
+percent) and p50 of all minus router -- as median (min-max), against the
+issue's targets (<= 20 % CPU, <= 100 us p50).
+"""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+out, argv = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+rows = list(csv.DictReader(open(out + "/results.tsv"), delimiter="\t"))
+by = defaultdict(dict)		# (conc, round) -> target -> row
+for r in rows:
+    by[(int(r["conc"]), int(r["round"]))][r["target"]] = r
+
+
+def cpu_us(r):
+    req = int(r["requests"])
+    return int(r["proxy_ticks"]) / int(r["clk_tck"]) / req * 1e6 if req else 0
+
+
+def med(v):
+    v = sorted(v)
+    return "%.1f (%.1f-%.1f)" % (statistics.median(v), v[0], v[-1]) \
+        if v else "-"
+
+
+concs = sorted({c for c, _ in by})
+names = {"sgproxy": "router", "sgall": "all"}
+print("# sg-proxy gateway stage: --role all vs --role router\n")
+print("`tools/proxy-bench/run %s`; medians over the rounds (min-max)\n"
+      % argv)
+print("| conc | role | req/s | p50 us | p99 us | CPU us/req | errors |")
+print("|---|---|---|---|---|---|---|")
+for c in concs:
+    for t in ("sgproxy", "sgall"):
+        rs = [by[k][t] for k in by if k[0] == c and t in by[k]]
+        print("| %d | %s | %s | %s | %s | %s | %d |" % (
+            c, names[t], med([float(r["rps"]) for r in rs]),
+            med([float(r["p50_us"]) for r in rs]),
+            med([float(r["p99_us"]) for r in rs]),
+            med([cpu_us(r) for r in rs]),
+            sum(int(r["errors"]) for r in rs)))
+print("\nGateway stage, per round (all over router in the same round):\n")
+print("| conc | added CPU per request, % (target <= 20) | "
+      "added p50, us (target <= 100) |")
+print("|---|---|---|")
+for c in concs:
+    pct, dp50 = [], []
+    for k in by:
+        if k[0] != c or "sgproxy" not in by[k] or "sgall" not in by[k]:
+            continue
+        a, b = by[k]["sgall"], by[k]["sgproxy"]
+        if cpu_us(b) > 0:
+            pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
+        dp50.append(float(a["p50_us"]) - float(b["p50_us"]))
+    print("| %d | %s | %s |" % (c, med(pct), med(dp50)))
