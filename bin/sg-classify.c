@@ -162,7 +162,8 @@ hdrs_free(struct hdrs *hs)
 /*
  * Add "name: value" (len bytes).  The value keeps its bytes; only the
  * optional white space HTTP puts around a field value is dropped.
- * Returns 0, -1 for a malformed line, -2 when full or out of memory.
+ * Returns 0, -1 for a malformed line, -2 out of memory, -3 when there
+ * are MAX_HEADERS already (an input error, not ours).
  */
 static int
 hdrs_add_line(struct hdrs *hs, const char *s, size_t len)
@@ -184,7 +185,7 @@ hdrs_add_line(struct hdrs *hs, const char *s, size_t len)
 	if (memchr(v, '\0', (size_t)(ve - v)) != NULL)
 		return -1;
 	if (hs->n >= MAX_HEADERS)
-		return -2;
+		return -3;
 	if ((name = strndup(s, nlen)) == NULL ||
 	    (value = strndup(v, (size_t)(ve - v))) == NULL) {
 		free(name);
@@ -202,7 +203,7 @@ hdrs_add(struct hdrs *hs, const char *name, const char *value)
 	char *n, *v;
 
 	if (hs->n >= MAX_HEADERS)
-		return -2;
+		return -3;
 	if ((n = strdup(name)) == NULL || (v = strdup(value)) == NULL) {
 		free(n);
 		return -2;
@@ -335,10 +336,12 @@ load_headers_file(struct run *r, const char *path)
 			if (hr == -1)
 				cli_complain(source, line,
 				    "expected \"name: value\"");
-			else
+			else if (hr == -3)
 				cli_complain(source, line, "more than %d "
-				    "headers, or out of memory", MAX_HEADERS);
-			rc = hr == -1 ? EX_DATAERR : EX_SOFTWARE;
+				    "headers", MAX_HEADERS);
+			else
+				cli_complain(source, line, "out of memory");
+			rc = hr == -2 ? EX_SOFTWARE : EX_DATAERR;
 			goto out;
 		}
 	}
@@ -709,7 +712,7 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 	const char *key, *hint = NULL;
 	json_t *val, *body, *hdrs, *ep, *lc;
 	size_t i;
-	int endpoint = r->o->endpoint, rc = 0;
+	int endpoint = r->o->endpoint, rc = 0, hr;
 
 	json_object_foreach(rec, key, val) {
 		if (strcmp(key, "body") != 0 && strcmp(key, "headers") != 0 &&
@@ -759,18 +762,24 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 		}
 		/* The record's headers come first: they win over -H. */
 		json_object_foreach(hdrs, key, val)
-			if (hdrs_add(&hs, key, json_string_value(val)) != 0)
+			if ((hr = hdrs_add(&hs, key,
+			    json_string_value(val))) != 0)
 				goto full;
 	}
 	for (i = 0; i < r->hdrs.n; i++)
-		if (hdrs_add(&hs, r->hdrs.h[i].name, r->hdrs.h[i].value) != 0)
+		if ((hr = hdrs_add(&hs, r->hdrs.h[i].name,
+		    r->hdrs.h[i].value)) != 0)
 			goto full;
 	rc = classify(r, body, endpoint, hs.h, hs.n, hint, source, line);
 	goto out;
 full:
-	cli_complain(source, line, "more than %d headers, or out of memory",
-	    MAX_HEADERS);
-	rc = EX_DATAERR;
+	/* The limit is the input's fault (65); memory is ours (70). */
+	if (hr == -3)
+		cli_complain(source, line, "more than %d headers",
+		    MAX_HEADERS);
+	else
+		cli_complain(source, line, "out of memory");
+	rc = hr == -3 ? EX_DATAERR : EX_SOFTWARE;
 out:
 	hdrs_free(&hs);
 	return rc;
@@ -843,9 +852,11 @@ main(int argc, char *argv[])
 				if (hr == -1)
 					cli_usage_error("-H: expected "
 					    "'name: value', got '%s'", optarg);
+				if (hr == -2)
+					return cli_oom();
 				cli_complain(NULL, 0, "-H: more than %d "
-				    "headers, or out of memory", MAX_HEADERS);
-				return EX_SOFTWARE;
+				    "headers", MAX_HEADERS);
+				return EX_DATAERR;
 			}
 			break;
 		case 'h':

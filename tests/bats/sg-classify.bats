@@ -284,6 +284,31 @@ lckey() {
 	[ "$(j .source)" = header ]
 }
 
+# Regression (issue 12): 257 headers exited 70 (internal error).
+@test "header count limit: 256 headers are classified; 257 exit 65 with its message (-H, --headers-file, an NDJSON record)" {
+	local i a=() hf=$BATS_TEST_TMPDIR/h.txt
+	for i in $(seq 1 256); do
+		a+=(-H "x-h$i: v")
+		printf 'x-h%d: v\n' "$i"
+	done >"$hf"
+	run -0 --separate-stderr "$CL" "${a[@]}" "$F/chat-payload.json"
+	run -0 --separate-stderr "$CL" --headers-file "$hf" "$F/chat-payload.json"
+	run -65 --separate-stderr "$CL" "${a[@]}" -H "x-h257: v" "$F/chat-payload.json"
+	[ "$stderr" = "sg-classify: -H: more than 256 headers" ]
+	echo "x-h257: v" >>"$hf"
+	run -65 --separate-stderr "$CL" --headers-file "$hf" "$F/chat-payload.json"
+	[[ $stderr == *"more than 256 headers" ]]
+	[[ $stderr != *"memory"* ]]
+	# a record's headers count together with -H
+	jq -nc '{body: {model: "tenant-a/llama", messages: []},
+	    headers: ([range(1; 130)] | map({key: "x-r\(.)", value: "v"})
+	    | from_entries)}' >"$BATS_TEST_TMPDIR/s.ndjson"
+	run -0 --separate-stderr "$CL" --ndjson "${a[@]:0:254}" "$BATS_TEST_TMPDIR/s.ndjson"
+	run -65 --separate-stderr "$CL" --ndjson "${a[@]}" "$BATS_TEST_TMPDIR/s.ndjson"
+	[[ $stderr == *"more than 256 headers" ]]
+	grep -q 'more than 256 headers' "$MAN"
+}
+
 @test "the header is validated first, even when prompt_cache_key wins" {
 	run -65 --separate-stderr "$CL" -H $'x-multi-turn-session-id: a\x1fb' "$F/chat-pck.json"
 	[[ $stderr == *"x-multi-turn-session-id is invalid"* ]]
@@ -779,11 +804,13 @@ mkstore() {
 	[ "$(j .store_lookup.result)" != hit ]
 }
 
-@test "--store: a missing store exits 66, redis:// and bad settings exit 64" {
+@test "--store: a missing store exits 66, an unreachable Redis 74, bad settings 64" {
+	local port
 	run -66 --separate-stderr "$CL" --store "$BATS_TEST_TMPDIR/none" "$F/chat-pck.json"
 	[ ! -e "$BATS_TEST_TMPDIR/none" ]
-	run -64 --separate-stderr "$CL" --store redis://127.0.0.1:6379/0 "$F/chat-pck.json"
-	[[ $stderr == *Redis* ]]
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+	run -74 --separate-stderr "$CL" --store "redis://127.0.0.1:$port/0" "$F/chat-pck.json"
+	[[ $stderr == "sg-classify: "* ]]
 	mkstore chat-pck.json B
 	STARGATE_LAST_CLUSTER_LOOKUP_TIMEOUT=soon run -64 --separate-stderr "$CL" \
 	    --store "$D" "$F/chat-pck.json"
