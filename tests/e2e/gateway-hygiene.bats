@@ -29,7 +29,8 @@ HINT=x-stargate-last-cluster-id
 # outbound N: the Nth routed request's headers and body, without what
 # differs per request by design (request id, trace context).
 outbound() {
-	rreqs | jq -S --argjson n "$1" '.requests[$n - 1]
+	rreqs | jq -eS --argjson n "$1" '.requests[$n - 1]
+	    // error("no request \($n)")
 	    | .headers |= del(."x-request-id", .traceparent, .tracestate)'
 }
 
@@ -49,7 +50,7 @@ outbound() {
 	[ "$STATUS" = 200 ]
 	# no hint ever reached the router: not the stored A, not the client's
 	for i in 1 2 3; do
-		! rhas "$i" "$HINT"
+		rlacks "$i" "$HINT"
 	done
 	# every turn went out exactly as the first (nothing learnt from B)
 	[ "$(outbound 1)" = "$(outbound 2)" ]
@@ -123,7 +124,7 @@ strip_paths() {
 	[[ $(rhdr 1 x-cache-affinity-key) == mt:v1:session:* ]]
 	[ "$(rhdr 1 x-input-tokens)" != 999999 ]
 	for h in x-routing-method x-priority x-stargate-max-wait-ms; do
-		! rhas 1 "$h"
+		rlacks 1 "$h"
 	done
 	[ "$(rhdr 1 x-custom-app)" = kept ]
 }

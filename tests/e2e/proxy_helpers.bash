@@ -428,11 +428,19 @@ rhdr() {
 	    .requests[if $n < 0 then $n else $n - 1 end].headers[$h] // []
 	    | join(",")'
 }
-# rhas N NAME: the Nth routed request carried header NAME.
+# rhas N NAME: the Nth routed request carried header NAME; rlacks N NAME:
+# it exists and did not (both fail when there is no Nth request).
 rhas() {
 	rreqs | jq -e --argjson n "$1" --arg h "${2,,}" '
-	    .requests[if $n < 0 then $n else $n - 1 end].headers | has($h)' \
+	    .requests[if $n < 0 then $n else $n - 1 end].headers
+	    | if . == null then error("no such request") else has($h) end' \
 	    >/dev/null
+}
+rlacks() {
+	rreqs | jq -e --argjson n "$1" --arg h "${2,,}" '
+	    .requests[if $n < 0 then $n else $n - 1 end].headers
+	    | if . == null then error("no such request") else has($h) | not end' \
+	    >/dev/null || { echo "request $1: missing, or it carried $2"; return 1; }
 }
 
 # start_role TAG ROLE [sg-proxy options]: sg-proxy --role ROLE on a free
@@ -489,17 +497,24 @@ rbody() {
 
 # creq BODY [curl options]: a client's POST of BODY to
 # $GW_URL${CPATH:-/v1/chat/completions}.  Sets STATUS (000 when curl
-# failed), BODY, MS; the response headers are in $T/h (hdr NAME).
+# failed), BODY, US and MS (elapsed microseconds and milliseconds); the
+# response headers are in $T/h (hdr NAME).
 creq() {
 	local b=$1 t0 t1 rc=0
 	shift
 	: >"$T/h"
 	t0=${EPOCHREALTIME/./}
-	BODY=$(curl -sS --max-time "${REQ_MAX_TIME:-20}" -D "$T/h" \
-	    -H 'content-type: application/json' "$@" --data-binary "$b" \
-	    "${GW_URL}${CPATH:-/v1/chat/completions}" 2>"$T/curl.err") || rc=$?
+	: >"$T/body"
+	US=$(curl -sS --max-time "${REQ_MAX_TIME:-20}" -D "$T/h" -o "$T/body" \
+	    -w '%{time_total}' -H 'content-type: application/json' "$@" \
+	    --data-binary "$b" "${GW_URL}${CPATH:-/v1/chat/completions}" \
+	    2>"$T/curl.err") || rc=$?
 	t1=${EPOCHREALTIME/./}
-	MS=$(((t1 - t0) / 1000))
+	BODY=$(cat "$T/body")
+	# curl's own clock (no fork in it); the shell's when curl failed
+	US=$(awk -v s="${US:-}" 'BEGIN { printf "%d", s * 1000000 }')
+	[ "$US" -gt 0 ] || US=$((t1 - t0))
+	MS=$((US / 1000))
 	STATUS=$(tr -d '\r' <"$T/h" | grep -E '^HTTP/' | tail -1 | awk '{print $2}')
 	STATUS=${STATUS:-000}
 	return "$rc"
