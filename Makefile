@@ -188,6 +188,7 @@ FUZZDRIVERS := $(FUZZSRC:tests/fuzz/%.c=$(O)/tests/fuzz/%)
 FUZZERS   := $(FUZZSRC:tests/fuzz/%.c=$(O)/fuzz/%)
 # A target built from a program's source also links the programs' code.
 FUZZ_EXTRA_fuzz_route_stream = $(PROGCOMMONOBJ)
+FUZZ_EXTRA_fuzz_h1 = $(O)/obj/bin/sg-proxy/h1.o
 
 units: $(FUZZDRIVERS)
 
@@ -215,6 +216,13 @@ demo:
 	@$(MAKE) --no-print-directory DEPCHECK_TEST=1 depcheck
 	@$(MAKE) --no-print-directory build
 	@O=$(O) tools/demo.sh
+
+# The demo's stack in the foreground for any OpenAI client (Ctrl-C stops it);
+# LISTEN=ADDR:PORT moves it from 127.0.0.1:8080.
+.PHONY: serve
+serve:
+	@$(MAKE) --no-print-directory build
+	@O=$(O) tools/serve.sh
 
 # --- install --------------------------------------------------------------
 install: build
