@@ -194,6 +194,8 @@ struct pctx {
 	sg_lbconf	*c;
 	const char	*source;
 	sg_error	*err;
+	uint64_t	*big;		/* values of the big integer literals */
+	size_t		 nbig;
 };
 
 /* "<source>: <loc>: <message>"; returns SG_ECONFIG. */
@@ -408,6 +410,197 @@ check_unsupported(struct pctx *p, const char *loc, json_t *obj, int alg)
 	return rc;
 }
 
+/* --- integers above INT64_MAX ------------------------------------------------ */
+
+/*
+ * jansson keeps integers as signed 64-bit values and refuses a literal above
+ * INT64_MAX, while the u64 fields (max_queued and friends) take the whole
+ * range up to 18446744073709551615.  So before json_loadb() the text is
+ * scanned (outside strings) for integer literals: one in
+ * (INT64_MAX, UINT64_MAX] is replaced, in a copy, by a sentinel, the
+ * negative 18-digit integer BIG_BASE + k (19 bytes, padded with a space to
+ * the literal's length, so every line and column jansson reports is
+ * unchanged), and its exact value is kept in p->big[k]; the field readers
+ * (big_value()) turn a sentinel back into its value.  A literal beyond
+ * UINT64_MAX gets "e0" appended (a real number: a number field takes it,
+ * an integer field calls it the wrong type, as the upstream router does;
+ * later columns of its line move by two).  A literal that is itself in the sentinel range is refused when the text
+ * also has a big one, so a sentinel never meets a value from the text.
+ */
+#define BIG_BASE	(-INT64_C(999999999999999999))
+#define BIG_MAX		1000000		/* big literals in one file */
+
+/* The integer literal at t[0..n) (digits, no sign) as a u64; false if over. */
+static bool
+lit_u64(const char *t, size_t n, uint64_t *v)
+{
+	uint64_t x = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned d = (unsigned)(t[i] - '0');
+
+		if (x > (UINT64_MAX - d) / 10)
+			return false;
+		x = x * 10 + d;
+	}
+	*v = x;
+	return true;
+}
+
+/* Length of the JSON number token at t (end e); *intlit when it is an
+ * integer (optional '-', then digits only). */
+static size_t
+num_token(const char *t, const char *e, bool *intlit)
+{
+	const char *q = t;
+
+	*intlit = true;
+	if (q < e && *q == '-')
+		q++;
+	while (q < e && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' ||
+	    *q == 'E' || *q == '+' || *q == '-')) {
+		if (*q < '0' || *q > '9')
+			*intlit = false;
+		q++;
+	}
+	return (size_t)(q - t);
+}
+
+/*
+ * Scan text[0..len) as above.  *outp: NULL when nothing was replaced, else
+ * the rewritten copy (length *outlen, caller frees).  Returns 0, SG_ENOMEM
+ * or SG_ECONFIG (a reserved literal, too many big ones).
+ */
+static int
+big_scan(struct pctx *p, const char *text, size_t len, char **outp,
+    size_t *outlen)
+{
+	const char *t = text, *e = text + len, *from = text;
+	char *out = NULL;
+	size_t o = 0, n, cap = 0;
+	bool instr = false, intlit;
+	uint64_t v;
+	int line = 1, rline = 0;
+
+	*outp = NULL;
+	for (; t < e; t += n) {
+		n = 1;
+		if (*t == '\n')
+			line++;
+		if (instr) {
+			if (*t == '\\' && t + 1 < e)
+				n = 2;
+			else if (*t == '"')
+				instr = false;
+			continue;
+		}
+		if (*t == '"') {
+			instr = true;
+			continue;
+		}
+		if (*t != '-' && (*t < '0' || *t > '9'))
+			continue;
+		n = num_token(t, e, &intlit);
+		if (!intlit || n == 0)
+			continue;
+		if (*t == '-') {
+			if (n == 19 && lit_u64(t + 1, 18, &v) &&
+			    -(int64_t)v >= BIG_BASE &&
+			    -(int64_t)v < BIG_BASE + BIG_MAX && rline == 0)
+				rline = line;
+			continue;
+		}
+		if (n < 19 || *t == '0' || (lit_u64(t, n, &v) &&
+		    v <= INT64_MAX))
+			continue;	/* jansson's (a leading 0: its error) */
+		/* a copy: the text before this literal, then its stand-in */
+		if (out == NULL) {
+			cap = len + 1;
+			if ((out = malloc(cap)) == NULL)
+				return SG_ENOMEM;
+		}
+		if (o + (size_t)(t - from) + n + 3 > cap) {
+			char *nb;
+
+			cap = (o + (size_t)(t - from) + n + 3) * 2;
+			if ((nb = realloc(out, cap)) == NULL) {
+				free(out);
+				return SG_ENOMEM;
+			}
+			out = nb;
+		}
+		memcpy(out + o, from, (size_t)(t - from));
+		o += (size_t)(t - from);
+		from = t + n;
+		if (n > 20 || !lit_u64(t, n, &v)) {
+			memcpy(out + o, t, n);
+			memcpy(out + o + n, "e0", 2);
+			o += n + 2;
+			continue;
+		}
+		if (p->nbig == BIG_MAX) {
+			free(out);
+			return sg_seterr(p->err, SG_ECONFIG, "%s:%d: more than "
+			    "%d integers above %lld", p->source, line, BIG_MAX,
+			    (long long)INT64_MAX);
+		}
+		if (p->nbig % 64 == 0) {
+			uint64_t *nb = realloc(p->big, (p->nbig + 64) *
+			    sizeof(*nb));
+
+			if (nb == NULL) {
+				free(out);
+				return SG_ENOMEM;
+			}
+			p->big = nb;
+		}
+		p->big[p->nbig] = v;
+		o += (size_t)snprintf(out + o, cap - o, "%-*lld", (int)n,
+		    (long long)(BIG_BASE + (int64_t)p->nbig));
+		p->nbig++;
+	}
+	if (out == NULL)
+		return 0;
+	if (rline != 0) {
+		free(out);
+		return sg_seterr(p->err, SG_ECONFIG, "%s:%d: an integer from "
+		    "%lld to %lld cannot be used together with one above %lld",
+		    p->source, rline, (long long)BIG_BASE,
+		    (long long)(BIG_BASE + BIG_MAX - 1), (long long)INT64_MAX);
+	}
+	if (o + (size_t)(e - from) + 1 > cap) {
+		char *nb = realloc(out, o + (size_t)(e - from) + 1);
+
+		if (nb == NULL) {
+			free(out);
+			return SG_ENOMEM;
+		}
+		out = nb;
+	}
+	memcpy(out + o, from, (size_t)(e - from));
+	o += (size_t)(e - from);
+	out[o] = '\0';
+	*outp = out;
+	*outlen = o;
+	return 0;
+}
+
+/* v is the stand-in of a big literal: its value in *u. */
+static bool
+big_value(const struct pctx *p, const json_t *v, uint64_t *u)
+{
+	json_int_t i;
+
+	if (p->nbig == 0 || !json_is_integer(v))
+		return false;
+	i = json_integer_value(v);
+	if (i < BIG_BASE || i >= BIG_BASE + (json_int_t)p->nbig)
+		return false;
+	*u = p->big[i - BIG_BASE];
+	return true;
+}
+
 static const char *
 type_name(int type)
 {
@@ -449,9 +642,12 @@ set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
 		break;
 	case FT_UINT:
 	case FT_U64:
-		if (!json_is_integer(v) || json_integer_value(v) < 0)
+		if (big_value(p, v, &u))
+			;	/* above INT64_MAX, exact */
+		else if (!json_is_integer(v) || json_integer_value(v) < 0)
 			goto badtype;
-		u = (uint64_t)json_integer_value(v);
+		else
+			u = (uint64_t)json_integer_value(v);
 		if (f->type == FT_UINT && u > UINT_MAX)
 			return cerr(p, loc, "%s: %llu is out of range "
 			    "(at most %u)", f->name, (unsigned long long)u,
@@ -460,7 +656,7 @@ set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
 	case FT_F64:
 		if (!json_is_number(v))
 			goto badtype;
-		x = json_number_value(v);
+		x = big_value(p, v, &u) ? (double)u : json_number_value(v);
 		break;
 	case FT_STR:
 	case FT_CMP:
@@ -841,10 +1037,13 @@ int
 sg_lbconf_parse(sg_lbconf **out, const char *text, size_t len,
     const char *source, sg_error *err)
 {
-	struct pctx p = { NULL, source != NULL ? source : "lb-config", err };
+	struct pctx p = { NULL, source != NULL ? source : "lb-config", err,
+	    NULL, 0 };
 	json_t *root = NULL, *v;
 	json_error_t jerr;
 	const char *key;
+	char *copy = NULL;
+	size_t clen = 0;
 	sg_algdef d;
 	int rc = 0;
 
@@ -854,8 +1053,11 @@ sg_lbconf_parse(sg_lbconf **out, const char *text, size_t len,
 		rc = SG_ENOMEM;
 		goto out;
 	}
-	root = json_loadb(text != NULL ? text : "", len,
-	    JSON_REJECT_DUPLICATES, &jerr);
+	if (text != NULL && (rc = big_scan(&p, text, len, &copy, &clen)) != 0)
+		goto out;
+	root = json_loadb(copy != NULL ? copy : text != NULL ? text : "",
+	    copy != NULL ? clen : len, JSON_REJECT_DUPLICATES, &jerr);
+	free(copy);
 	if (root == NULL) {
 		rc = sg_seterr(err, SG_ECONFIG, "%s:%d:%d: invalid JSON: %s",
 		    p.source, jerr.line, jerr.column, jerr.text);
@@ -916,6 +1118,7 @@ out:
 	if (rc == SG_ENOMEM)
 		sg_seterr(err, rc, "%s: out of memory", p.source);
 	json_decref(root);
+	free(p.big);
 	if (rc != 0) {
 		sg_lbconf_free(p.c);
 		return rc;

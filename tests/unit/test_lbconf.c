@@ -691,6 +691,132 @@ test_n_zero_becomes_one(void **state)
 	sg_lbconf_free(c);
 }
 
+/* --- integers above INT64_MAX (issue 12) -------------------------------------- */
+
+/* Regression: 18446744073709551615 was refused by the JSON parser. */
+static void
+test_u64_fields_take_the_full_range_up_to_18446744073709551615(void **state)
+{
+	sg_lbconf *c;
+	const sg_algdef *d;
+
+	(void)state;
+	c = model_conf("{\"algorithm\": \"wait-and-widen\", "
+	    "\"max_queued\": 18446744073709551615, "
+	    "\"cache_affinity_wait_ms\": 9223372036854775808, "
+	    "\"ttft_bucket_size_ms\": 9223372036854775807, "
+	    "\"max_queue_time_floor_ms\": 18446744073709551614,\n"
+	    "\"max_queue_time_ceil_ms\":10000000000000000000}");
+	d = resolve_ok(c, "m1", NULL);
+	assert_true(d->max_queued == UINT64_MAX);
+	assert_true(d->affinity_wait_ms == UINT64_C(9223372036854775808));
+	assert_true(d->ttft_bucket_size_ms == UINT64_C(9223372036854775807));
+	assert_true(d->max_queue_time_floor_ms == UINT64_MAX - 1);
+	assert_true(d->max_queue_time_ceil_ms ==
+	    UINT64_C(10000000000000000000));
+	sg_lbconf_free(c);
+	c = model_conf("{\"algorithm\": \"pulsar-wait-and-widen\", "
+	    "\"fallback_max_queued\": 18446744073709551615, "
+	    "\"band_widen_interval_ms\": 12345678901234567890}");
+	d = resolve_ok(c, "m1", NULL);
+	assert_true(d->fallback_max_queued == UINT64_MAX);
+	assert_true(d->band_widen_interval_ms == UINT64_C(12345678901234567890));
+	sg_lbconf_free(c);
+}
+
+static void
+test_u64_field_above_18446744073709551615_is_refused(void **state)
+{
+	(void)state;
+	model_fails("{\"algorithm\": \"wait-and-widen\", "
+	    "\"max_queued\": 18446744073709551616}",
+	    "max_queued: expected unsigned integer", NULL);
+	model_fails("{\"algorithm\": \"wait-and-widen\", "
+	    "\"max_queued\": 100000000000000000000000}",
+	    "max_queued: expected unsigned integer", NULL);
+	model_fails("{\"algorithm\": \"wait-and-widen\", \"max_queued\": -1}",
+	    "max_queued: expected unsigned integer", NULL);
+}
+
+/* Messages show the exact value of a big literal. */
+static void
+test_u64_big_literal_in_a_smaller_field_is_out_of_range_exactly(void **state)
+{
+	(void)state;
+	model_fails("{\"algorithm\": \"wait-and-widen\", "
+	    "\"n\": 18446744073709551615}",
+	    "n: 18446744073709551615 is out of range (at most 4294967295)",
+	    NULL);
+	model_fails("{\"algorithm\": \"power-of-n\", "
+	    "\"sample_count\": 18446744073709551615}",
+	    "power-of-n sample_count must be between 1 and 64, got "
+	    "18446744073709551615", NULL);
+}
+
+/* A number field takes any integer literal; a string keeps its digits. */
+static void
+test_u64_big_literal_in_a_number_field_and_in_a_string(void **state)
+{
+	sg_lbconf *c;
+	const sg_algdef *d;
+
+	(void)state;
+	c = model_conf("{\"algorithm\": \"wait-and-widen\", "
+	    "\"seed\": \"18446744073709551615\", "
+	    "\"next_bucket_unlock_factor\": 18446744073709551615}");
+	d = resolve_ok(c, "m1", NULL);
+	assert_int_equal(d->seed_len, 20);
+	assert_memory_equal(d->seed, "18446744073709551615", 20);
+	assert_near(d->next_bucket_unlock_factor, 18446744073709551615.0, 0);
+	sg_lbconf_free(c);
+	c = model_conf("{\"algorithm\": \"wait-and-widen\", "
+	    "\"next_bucket_unlock_factor\": 100000000000000000000000}");
+	d = resolve_ok(c, "m1", NULL);
+	assert_near(d->next_bucket_unlock_factor, 1e23, 1e8);
+	sg_lbconf_free(c);
+}
+
+/* A syntax error after a big literal is reported at the same column. */
+static void
+test_u64_big_literal_keeps_error_lines_and_columns(void **state)
+{
+	const char *big = "{\"models\": {\"m1\": {\"algorithm\": "
+	    "\"wait-and-widen\",\n\"max_queued\": 18446744073709551615 ,, }}}";
+	const char *str = "{\"models\": {\"m1\": {\"algorithm\": "
+	    "\"wait-and-widen\",\n\"max_queued\": \"123456789012345678\" ,, }}}";
+	sg_lbconf *c = NULL;
+	sg_error e1, e2;
+
+	(void)state;
+	sg_error_clear(&e1);
+	sg_error_clear(&e2);
+	assert_int_equal(sg_lbconf_parse(&c, big, strlen(big), "lb.json",
+	    &e1), SG_ECONFIG);
+	assert_int_equal(sg_lbconf_parse(&c, str, strlen(str), "lb.json",
+	    &e2), SG_ECONFIG);
+	assert_non_null(strstr(e1.text, "lb.json:2:"));
+	assert_string_equal(e1.text, e2.text);
+}
+
+/* The stand-ins for big literals never meet a value from the text. */
+static void
+test_u64_big_literal_with_a_reserved_negative_integer_is_refused(void **state)
+{
+	sg_lbconf *c;
+
+	(void)state;
+	model_fails("{\"algorithm\": \"wait-and-widen\", "
+	    "\"next_bucket_unlock_factor\": -999999999999999999, "
+	    "\"max_queued\": 18446744073709551615}",
+	    "cannot be used together with one above 9223372036854775807",
+	    NULL);
+	c = model_conf("{\"algorithm\": \"wait-and-widen\", "
+	    "\"next_bucket_unlock_factor\": -999999999999999999}");
+	assert_near(resolve_ok(c, "m1", NULL)->next_bucket_unlock_factor,
+	    -999999999999999999.0, 0);
+	sg_lbconf_free(c);
+}
+
 static void
 test_wait_and_widen_fields_are_read(void **state)
 {
@@ -1745,6 +1871,12 @@ main(void)
 		cmocka_unit_test(test_selection_count_zero_unset_for_waw_one_for_pwaw),
 		cmocka_unit_test(test_n_zero_becomes_one),
 		cmocka_unit_test(test_wait_and_widen_fields_are_read),
+		cmocka_unit_test(test_u64_fields_take_the_full_range_up_to_18446744073709551615),
+		cmocka_unit_test(test_u64_field_above_18446744073709551615_is_refused),
+		cmocka_unit_test(test_u64_big_literal_in_a_smaller_field_is_out_of_range_exactly),
+		cmocka_unit_test(test_u64_big_literal_in_a_number_field_and_in_a_string),
+		cmocka_unit_test(test_u64_big_literal_keeps_error_lines_and_columns),
+		cmocka_unit_test(test_u64_big_literal_with_a_reserved_negative_integer_is_refused),
 		cmocka_unit_test(test_max_input_work_seconds_not_range_checked),
 		cmocka_unit_test(test_type_errors_name_the_field),
 		cmocka_unit_test(test_uint_field_beyond_32_bits_rejected),
