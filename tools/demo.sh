@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# tools/demo.sh — the main job (`make demo`): a narrated session over
-# the bundled example fleet in tools/demo/ that shows how Stargate places new
-# and returning chat sessions (SPEC.md §4, proposal.md).
+# tools/demo.sh — the main job (`make demo`): a narrated session that shows
+# how Stargate places new and returning chat sessions.
 #
-# The fleet: three clusters serving llama-3-70b for routing key "acme".  The
-# session's cache affinity key "chat-16" ranks us-east first, us-west second
-# and eu-central (80 ms away) third, both in the pulsar ranking and on the
-# wait-and-widen ring: the key was chosen by computing the orders, and the
-# demo prints the order sg-route --explain reports, so nothing is assumed.
+# Acts 1-8 walk through the decisions with the tools over the bundled
+# example fleet in tools/demo/: three clusters serving llama-3-70b for
+# routing key "acme"; the session's cache affinity key "chat-16" ranks
+# us-east first, us-west second and eu-central (80 ms away) third, both in
+# the pulsar ranking and on the wait-and-widen ring (the key was chosen by
+# computing the orders, and the demo prints the order sg-route --explain
+# reports, so nothing is assumed).  Acts 9 and 10 (tools/demo/live.sh) run
+# the whole stack on loopback: three sg-mockengine clusters behind one
+# sg-proxy --role all with the last-cluster store in $O/demo/store, driven
+# by the official openai npm client (installed into $O/openai), first with
+# the feature on and then off; the demo stops everything it started.
 #
-# O names the build directory (binaries in $O/bin).  Needs jq.  Exits 0.
+# O names the build directory (binaries in $O/bin).  Needs jq, curl, node
+# and npm (npm only until the client is installed).  Exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 O=${O:-build}
@@ -197,7 +203,10 @@ cmd "sg-classify $CHAT"
   "    store key          \(.store_key[0:30])...",
   "    input tokens (estimate) \(.input_tokens)"'
 STORE=$(mktemp -d)
-trap 'rm -rf "$STORE"' EXIT	# act 9 widens this trap
+STACK_PROG=demo STACK_DIR=$O/demo
+. tools/demo/stack.sh
+. tools/demo/live.sh
+trap 'stack_stop; rm -rf "$STORE"' EXIT
 key=$("$CLASSIFY" "$CHAT" | jq -r .store_key)
 say "The response to the first turn came from us-west (x-stargate-cluster-id), \
 so the gateway writes it; the next turn looks it up and sends it to the \
@@ -230,127 +239,8 @@ echo
 say "With last_cluster_affinity on, returning sessions stay with their KV \
 cache."
 
-act "9. Live: sg-proxy in front of two engines"
-say "Now the real thing on loopback: two sg-mockengine clusters A and B (2 \
-slots each, a KV-cache model) behind sg-proxy --role router, which polls \
-their /stats, decides with the same library and forwards the OpenAI request. \
-The engines report how many prompt tokens they found in their KV cache."
-LIVE=$(mktemp -d)
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-      wait 2>/dev/null || true; rm -rf "$STORE" "$LIVE"' EXIT
-waitfile() {	# waitfile FILE: up to 5 s for FILE to appear
-	local i
-	for i in $(seq 1 100); do [ -s "$1" ] && return 0; sleep 0.05; done
-	echo "demo: $1 did not appear" >&2; exit 1
-}
-for c in A B; do
-	"$O/bin/sg-mockengine" -p 0 --port-file "$LIVE/$c.port" --cluster-id "$c" \
-	    -c 2 -t 4 --decode-tps 2000 >/dev/null 2>"$LIVE/$c.log" &
-	PIDS+=($!)
-done
-waitfile "$LIVE/A.port"; waitfile "$LIVE/B.port"
-ENG_A=http://127.0.0.1:$(cat "$LIVE/A.port")
-ENG_B=http://127.0.0.1:$(cat "$LIVE/B.port")
-jq -n --arg a "$ENG_A" --arg b "$ENG_B" '{stats_interval_ms: 50,
-    stats_stale_ms: 1000, clusters: [
-    {id: "A", url: $a, models: ["dummy-model"], stats: {format: "stargate"}},
-    {id: "B", url: $b, models: ["dummy-model"], stats: {format: "stargate"}}]}' \
-    >"$LIVE/clusters.json"
-# live_lb FLAG: wait-and-widen, k = 1, X = 300 ms, s = 0.1.
-live_lb() {
-	jq -n --argjson f "$1" '{models: {"dummy-model": {
-	    algorithm: "wait-and-widen", cache_affinity_backend_selection_count: 1,
-	    cache_affinity_wait_ms: 300, cache_affinity_input_tokens_scale: 0.1,
-	    last_cluster_affinity: $f}}}' >"$LIVE/lb-$1.json"
-}
-live_lb true; live_lb false
-PROXY_PID=
-start_proxy() {	# start_proxy FLAG
-	rm -f "$LIVE/proxy.port"
-	"$O/bin/sg-proxy" --role router --listen 127.0.0.1:0 \
-	    --port-file "$LIVE/proxy.port" --clusters "$LIVE/clusters.json" \
-	    --lb-config "$LIVE/lb-$1.json" >/dev/null 2>>"$LIVE/proxy.log" &
-	PROXY_PID=$!
-	PIDS+=("$PROXY_PID")
-	waitfile "$LIVE/proxy.port"
-	PROXY=http://127.0.0.1:$(cat "$LIVE/proxy.port")
-	local i
-	for i in $(seq 1 100); do
-		curl -fs -o /dev/null "$PROXY/readyz" && return 0; sleep 0.05
-	done
-	echo "demo: sg-proxy did not become ready" >&2; exit 1
-}
-stop_proxy() { kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true; }
-# turn KEY N [HINT]: one chat turn of N prompt tokens; prints
-# "cluster ms reused".
-turn() {
-	local h=() out
-	[ -n "${3:-}" ] && h=(-H "x-stargate-last-cluster-id: $3")
-	out=$(curl -s -D - -o /dev/null --max-time 10 -w 'ms=%{time_total}\n' \
-	    -H 'content-type: application/json' -H "x-request-id: demo-$RANDOM" \
-	    -H 'x-model: dummy-model' -H "x-input-tokens: $2" \
-	    -H "x-cache-affinity-key: $1" "${h[@]}" \
-	    -d '{"model":"dummy-model","messages":[{"role":"user","content":"hello"}]}' \
-	    "$PROXY/v1/chat/completions" | tr -d '\r')
-	printf '%s %s %s\n' \
-	    "$(sed -n 's/^x-stargate-cluster-id: //Ip' <<<"$out")" \
-	    "$(sed -n 's/^ms=//p' <<<"$out" | awk '{printf "%d", $1 * 1000}')" \
-	    "$(sed -n 's/^x-kv-cache-reused-input-tokens: //Ip' <<<"$out")"
-}
-control() { curl -s -o /dev/null -X POST "$1/control/$2" ${3:+-d "$3"}; }
-settle() { sleep 0.2; }	# > 2 stats intervals: the proxy sees the change
-
-start_proxy true
-# Two sessions whose rank-1 cluster is A (one per run, so each run starts
-# with cold caches): ask the live proxy while both engines are idle.
-find_key() {
-	local i c
-	for i in $(seq 1 64); do
-		read -r c _ _ < <(turn "demo-$1-$i" 10)
-		[ "$c" = A ] && { echo "demo-$1-$i"; return 0; }
-	done
-	echo "demo: no session key ranks A first" >&2; exit 1
-}
-KEY=$(find_key on); KEY_OFF=$(find_key off)
-control "$ENG_A" reset-seen; control "$ENG_B" reset-seen
-say "Session $KEY ranks A first.  A is now held full by other work:"
-control "$ENG_A" hold '{"slots": 2}'
-settle
-# live FLAG: the episode; prints one line per turn, then the tally.
-live() {
-	local flag=$1 t c ms reused last tally=()
-	read -r c ms reused < <(turn "$KEY" 1000)
-	printf '    turn  1  no hint      -> %-2s %4s ms  reused %5s tokens\n' "$c" "$ms" "$reused"
-	last=$c
-	control "$ENG_A" release
-	settle
-	for t in $(seq 2 11); do
-		read -r c ms reused < <(turn "$KEY" $((1000 + 200 * t)) "$last")
-		[ "$t" -le 3 ] && printf '    turn %2d  hint %-7s -> %-2s %4s ms  reused %5s tokens\n' \
-		    "$t" "$last" "$c" "$ms" "$reused"
-		tally+=("$c"); last=$c
-	done
-	printf '    turns 2-11: %s\n' "$(printf '%s\n' "${tally[@]}" | sort | uniq -c |
-	    awk '{ printf "%s%d on %s", (NR > 1 ? ", " : ""), $1, $2 }')"
-}
-cmd "curl \$PROXY/v1/chat/completions -H 'x-cache-affinity-key: $KEY' -H 'x-stargate-last-cluster-id: ...' ..."
-say "last_cluster_affinity on: the first turn is a new session and overflows \
-to B at once; A drains; every later turn names its last cluster:"
-live true
-stop_proxy
-say "The same episode with the flag off (a fresh session cache on each engine):"
-control "$ENG_A" hold '{"slots": 2}'
-KEY=$KEY_OFF
-start_proxy false
-settle
-live false
-stop_proxy
-say "With the flag off the first turn holds 300 ms for A, and once A drains \
-the later turns go back to A, where the session's cache is cold: the first \
-turn back reuses only the few tokens of the probe that picked the key, and \
-pays the prefill of the rest.  With the flag on the session stays with its \
-cache on B."
+# Acts 9, 10 and the tally: tools/demo/live.sh.
+live_acts
 
 act "Try it"
 say "Every step above is one program call over files in tools/demo/ (see \

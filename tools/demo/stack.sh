@@ -57,10 +57,17 @@ stack_engines() {
 	done
 	printf '%s\n' "${entries[@]}" | jq -s '{stats_interval_ms: 50,
 	    stats_stale_ms: 1000, clusters: .}' >"$STACK_DIR/clusters.json"
-	jq -n '{models: {"dummy-model": {algorithm: "pulsar-wait-and-widen",
+	stack_lbconfig true
+}
+
+# stack_lbconfig FLAG: $STACK_DIR/lb-config.json with last_cluster_affinity
+# FLAG (read by the next stack_proxy).
+stack_lbconfig() {
+	jq -n --argjson f "$1" '{models: {"dummy-model": {
+	    algorithm: "pulsar-wait-and-widen",
 	    cache_affinity_backend_selection_count: 1,
 	    cache_affinity_wait_ms: 300, cache_affinity_input_tokens_scale: 0.1,
-	    last_cluster_affinity: true}}}' >"$STACK_DIR/lb-config.json"
+	    last_cluster_affinity: $f}}}' >"$STACK_DIR/lb-config.json"
 }
 
 # stack_proxy FLAG LISTEN: sg-proxy --role all with the feature FLAG
