@@ -212,3 +212,29 @@ gw_metric() {
 	shift
 	METRICS=$(curl -sS --max-time 5 "$u/metrics") msum "$@"
 }
+
+# client_loop FILE BODY URL: POST BODY to URL's chat endpoint every 50 ms
+# (at most 1200 times) until $T/stop-loop exists, one status per line in
+# FILE.  Start it with `client_loop ... & LOOP_PID=$!; PIDS+=($LOOP_PID)`.
+client_loop() {
+	local i
+	for i in $(seq 1 1200); do
+		[ -e "$T/stop-loop" ] && break
+		curl -s -o /dev/null -w '%{http_code}\n' --max-time 10 \
+		    -H 'content-type: application/json' --data-binary "$2" \
+		    "$3/v1/chat/completions" >>"$1" 2>/dev/null ||
+		    echo 000 >>"$1"
+		sleep 0.05
+	done
+}
+
+# loop_stop: end the client loop and wait for it; fails unless it made at
+# least one request and every one was answered 200.
+loop_stop() {
+	touch "$T/stop-loop"
+	wait "$LOOP_PID" 2>/dev/null || true
+	echo "client loop: $(wc -l <"$T/loop.status") requests," \
+	    "$(grep -vcx 200 "$T/loop.status") not 200"
+	[ -s "$T/loop.status" ]
+	! grep -vqx 200 "$T/loop.status"
+}
