@@ -832,10 +832,12 @@ seen_add(sess *ss, size_t i)
  * The longest prefix of r's prompt cached on any cluster r may be sent to
  * at this instant (a candidate of model m, not excluded): only the clusters
  * that served its session hold its entry, unless it has seen more than
- * SEEN of them.
+ * SEEN of them.  *took receives the prefix on cluster chosen (left alone
+ * when chosen cannot hold the entry, or is not a candidate).
  */
 static uint64_t
-best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q)
+best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
+    size_t chosen, uint64_t *took)
 {
 	const sess *ss = &s->ss[r->sess];
 	uint64_t best = 0, v;
@@ -854,6 +856,8 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q)
 			continue;
 		if ((v = eng_cached_prefix(s->cs[i].e, q)) > best)
 			best = v;
+		if (i == chosen)
+			*took = v;
 	}
 	return best;
 }
@@ -894,10 +898,8 @@ route(sim *s, uint32_t ri, double t)
 			uint64_t took = 0, best = 0;
 			uint32_t h;
 
-			if (r->counted) {
-				took = eng_cached_prefix(s->cs[i].e, &q);
-				best = best_prefix(s, r, m, &q);
-			}
+			if (r->counted)
+				best = best_prefix(s, r, m, &q, i, &took);
 			if (s->row->alg != SIM_ALG_PERFECT)
 				reserve(s, i, r->input, sc->sessions.priority,
 				    t);
