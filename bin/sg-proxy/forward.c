@@ -450,8 +450,12 @@ start_reply(preq *q)
 	otlp_span_int(&q->aspan, "proxy.upstream_status", q->ustatus);
 	otlp_span_double(&q->aspan, "proxy.time_to_first_byte_ms",
 	    now - q->attempt_t0);
-	evhttp_send_reply_start(q->req, status, q->ureason[0] != '\0' &&
-	    status == q->ustatus ? q->ureason : http_reason(status));
+	if (q->gw.on)
+		gateway_send_start(q, status, q->ureason[0] != '\0' &&
+		    status == q->ustatus ? q->ureason : http_reason(status));
+	else
+		evhttp_send_reply_start(q->req, status, q->ureason[0] != '\0' ?
+		    q->ureason : http_reason(status));
 }
 
 /* The upstream headers are complete: pass them on, or refuse and retry. */

@@ -31,12 +31,18 @@
  * stripped, a 503 with exactly one x-stargate-error-code: overloaded_error
  * becomes 529, x-request-id and (chat, Responses) x-multi-turn-session-id
  * are set, and the public model id replaces the routed one in a unary
- * JSON reply and in each event of a stream (Content-Length is dropped
- * then: the reply is chunked).  On a 2xx response head with a valid
+ * JSON reply and in each event of a stream (a unary reply of up to 64 KiB
+ * is held until complete and sent with its new Content-Length; a larger
+ * one, and a stream, are chunked).  On a 2xx response head with a valid
  * serving cluster (the router's x-stargate-cluster-id, or the in-process
- * selection), the session's entry is written: queued to the store
- * (sg_store_put_seq never blocks), its result counted when the commit
- * record arrives on the store's eventfd.  Non-2xx and transport errors
+ * selection), the session's entry is written: batched for at most
+ * WB_MS (a store commit costs far more than an entry, and the store
+ * thread commits what it finds queued in one transaction), then queued to
+ * the store (sg_store_put_seq never blocks), its result counted when the
+ * commit record arrives on the store's eventfd.  Until it is committed a
+ * write answers this worker's lookups of its key itself (read your
+ * writes: a session's next request never misses its own last cluster
+ * because the commit was still on its way).  Non-2xx and transport errors
  * write nothing; a store error never changes what the client gets.
  * SIGTERM waits (within the drain bound) for pending writes.
  *
@@ -71,6 +77,8 @@
 #define RW_LINE_MAX	(1u << 20)	/* SSE line kept whole */
 #define KEYS_MAX	100000
 #define TIMEOUT_LOG_MS	1000.0		/* timeout warnings: one a second */
+#define WB_MS		2.0		/* writes are handed over in batches */
+#define WB_MAX		128		/* ... of at most this many */
 
 /* --- errors the gateway answers itself ------------------------------------ */
 
@@ -325,6 +333,8 @@ write_result(proxy *p, gwwrite *w, int rc, const char *error)
 	p->wfree = w;
 }
 
+static void hand_over(proxy *p);
+
 static void
 on_store_event(evutil_socket_t fd, short what, void *arg)
 {
@@ -353,6 +363,8 @@ on_store_event(evutil_socket_t fd, short what, void *arg)
 bool
 gateway_idle(proxy *p)
 {
+	if (p->draining && p->wb != NULL)
+		hand_over(p);		/* no batching while draining */
 	return p->wpending == 0;
 }
 
@@ -362,14 +374,52 @@ copy_label(char *dst, size_t cap, const char *s)
 	snprintf(dst, cap, "%s", s != NULL ? s : "");
 }
 
+/* Queue the batch to the store, in order. */
+static void
+hand_over(proxy *p)
+{
+	gwwrite *w;
+	sg_error err;
+	int rc;
+
+	if (p->wb_timer != NULL)
+		evtimer_del(p->wb_timer);
+	while ((w = p->wb) != NULL) {
+		if ((p->wb = w->next) == NULL)
+			p->wb_tail = NULL;
+		p->nwb--;
+		w->next = NULL;
+		memset(&err, 0, sizeof(err));
+		rc = sg_store_put_seq(p->store, w->key, SG_LC_KEY_LEN, w->cl,
+		    strlen(w->cl), &w->seq, &err);
+		if (rc != 0) {
+			p->wpending--;
+			write_result(p, w, rc, err.text[0] != '\0' ?
+			    err.text : sg_strerror(rc));
+			continue;
+		}
+		if (p->wq_tail != NULL)
+			p->wq_tail->next = w;
+		else
+			p->wq = w;
+		p->wq_tail = w;
+	}
+}
+
+static void
+on_wb_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	hand_over(arg);
+}
+
 /* Queue the session's entry: cluster id cl served it. */
 static void
 remember(preq *q, const char *cl)
 {
 	proxy *p = q->p;
 	gwwrite *w;
-	sg_error err;
-	int rc;
 
 	if ((w = p->wfree) != NULL)
 		p->wfree = w->next;
@@ -386,20 +436,42 @@ remember(preq *q, const char *cl)
 		otlp_span_str(&w->span, "nvcf.function.id",
 		    q->gw.id.routing_key);
 	q->gw.remembered = true;
-	memset(&err, 0, sizeof(err));
-	rc = p->store == NULL ? SG_ESTORE : sg_store_put_seq(p->store,
-	    q->gw.key, SG_LC_KEY_LEN, cl, strlen(cl), &w->seq, &err);
-	if (rc != 0) {
-		write_result(p, w, rc, err.text[0] != '\0' ? err.text :
-		    p->store == NULL ? "no store" : sg_strerror(rc));
+	memcpy(w->key, q->gw.key, sizeof(w->key));
+	copy_label(w->cl, sizeof(w->cl), cl);
+	if (p->store == NULL) {
+		write_result(p, w, SG_ESTORE, "no store");
 		return;
 	}
-	if (p->wq_tail != NULL)
-		p->wq_tail->next = w;
+	if (p->wb_tail != NULL)
+		p->wb_tail->next = w;
 	else
-		p->wq = w;
-	p->wq_tail = w;
+		p->wb = w;
+	p->wb_tail = w;
+	p->nwb++;
 	p->wpending++;
+	if (p->nwb >= WB_MAX)
+		hand_over(p);
+	else if (p->nwb == 1 && p->wb_timer != NULL) {
+		struct timeval tv;
+
+		ms_to_tv(WB_MS, &tv);
+		evtimer_add(p->wb_timer, &tv);
+	}
+}
+
+/* The newest write of key not yet committed, or NULL. */
+static const gwwrite *
+recent_write(proxy *p, const char *key)
+{
+	const gwwrite *w, *found = NULL;
+
+	for (w = p->wq; w != NULL; w = w->next)
+		if (memcmp(w->key, key, SG_LC_KEY_LEN) == 0)
+			found = w;
+	for (w = p->wb; w != NULL; w = w->next)
+		if (memcmp(w->key, key, SG_LC_KEY_LEN) == 0)
+			found = w;
+	return found;
 }
 
 int
@@ -438,6 +510,8 @@ gateway_worker_init(proxy *p)
 		sg_log_end(&r);
 		return 0;
 	}
+	if ((p->wb_timer = evtimer_new(p->base, on_wb_timer, p)) == NULL)
+		return EX_OSERR;
 	if ((fd = sg_store_event_fd(p->store)) >= 0) {
 		p->store_ev = event_new(p->base, fd, EV_READ | EV_PERSIST,
 		    on_store_event, p);
@@ -454,6 +528,7 @@ gateway_worker_fini(proxy *p)
 
 	if (p->store != NULL) {
 		/* flush what is queued, then take the last records */
+		hand_over(p);
 		(void)sg_store_flush(p->store, NULL);
 		on_store_event(-1, 0, p);
 	}
@@ -462,7 +537,16 @@ gateway_worker_fini(proxy *p)
 		write_result(p, w, SG_ESTORE, "not committed at shutdown");
 	}
 	p->wq_tail = NULL;
+	while ((w = p->wb) != NULL) {
+		p->wb = w->next;
+		write_result(p, w, SG_ESTORE, "no store");
+	}
+	p->wb_tail = NULL;
+	p->nwb = 0;
 	p->wpending = 0;
+	if (p->wb_timer != NULL)
+		event_free(p->wb_timer);
+	p->wb_timer = NULL;
 	if (p->store_ev != NULL)
 		event_free(p->store_ev);
 	p->store_ev = NULL;
@@ -530,6 +614,36 @@ gateway_rw_mode(preq *q, const char *ctype, size_t len)
 		q->gw.rw = RW_JSON;
 }
 
+void
+gateway_send_start(preq *q, int status, const char *reason)
+{
+	gwreq *g = &q->gw;
+
+	if (g->rw == RW_JSON && g->ulen >= 0 && g->ulen <= RW_JSON_MAX) {
+		g->held = true;
+		g->hstatus = status;
+		snprintf(g->hreason, sizeof(g->hreason), "%s", reason);
+		return;
+	}
+	evhttp_send_reply_start(q->req, status, reason);
+}
+
+/* The held reply: its body is in q->chunk, whole. */
+static void
+unhold(preq *q)
+{
+	gwreq *g = &q->gw;
+	char num[24];
+
+	if (!g->held || q->req == NULL)
+		return;
+	g->held = false;
+	snprintf(num, sizeof(num), "%zu", evbuffer_get_length(q->chunk));
+	evhttp_add_header(evhttp_request_get_output_headers(q->req),
+	    "Content-Length", num);
+	evhttp_send_reply_start(q->req, g->hstatus, g->hreason);
+}
+
 static int
 rb_add(gwreq *g, const char *p, size_t n)
 {
@@ -576,10 +690,14 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 		evbuffer_add(q->chunk, ptr, len);
 		g->rblen = 0;
 		g->rw_done = true;
+		unhold(q);
 		return;
 	}
+	/* a held reply is rewritten whole (its length is then known) */
+	if (g->held && !flush && (int64_t)g->rblen < g->ulen)
+		return;
 	r = gj_find_model(g->rb, g->rblen, &voff, &vlen);
-	if (r == GJ_MORE && !flush && g->rblen < RW_JSON_MAX)
+	if (r == GJ_MORE && !flush && !g->held && g->rblen < RW_JSON_MAX)
 		return;
 	if (r == GJ_FOUND)
 		emit_swapped(q, g->rb, g->rblen, voff, vlen);
@@ -587,6 +705,7 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 		evbuffer_add(q->chunk, g->rb, g->rblen);
 	g->rblen = 0;
 	g->rw_done = true;
+	unhold(q);
 }
 
 /* One complete event-stream line s[0..n) (with its newline). */
@@ -766,8 +885,8 @@ g_start_reply(preq *q)
 	q->phase = PQ_STREAMING;
 	otlp_span_int(&q->aspan, "proxy.upstream_status", up);
 	q->ustatus = status;
-	evhttp_send_reply_start(q->req, status, status != up ||
-	    q->ureason[0] == '\0' ? http_reason(status) : q->ureason);
+	gateway_send_start(q, status, status != up || q->ureason[0] == '\0' ?
+	    http_reason(status) : q->ureason);
 }
 
 static void
@@ -802,6 +921,7 @@ gateway_note_headers(preq *q, const h1_resp *r)
 	size_t ctlen = 0, i;
 
 	q->gw.ucluster[0] = '\0';
+	q->gw.ulen = r->content_length;
 	q->gw.uerrcodes = 0;
 	q->gw.uoverloaded = false;
 	for (i = 0; i < r->nheaders; i++)
@@ -1161,6 +1281,17 @@ lookup(preq *q)
 		return;
 	}
 	memset(&g->lk, 0, sizeof(g->lk));
+	{
+		const gwwrite *w = recent_write(p, g->key);
+
+		if (w != NULL) {	/* newer than anything committed */
+			g->lk.entry.cluster_id_len = strlen(w->cl);
+			memcpy(g->lk.entry.cluster_id, w->cl,
+			    g->lk.entry.cluster_id_len + 1);
+			lookup_done(q, 0, NULL);
+			return;
+		}
+	}
 	rc = sg_store_lookup_start(p->store, &g->lk, g->key, SG_LC_KEY_LEN,
 	    deadline, on_lookup, q);
 	if (rc == EINPROGRESS) {
@@ -1389,7 +1520,8 @@ gateway_release(preq *q)
 	g->rid[0] = g->hint[0] = g->ucluster[0] = '\0';
 	g->blen = g->rblen = 0;
 	g->rw = RW_NONE;
-	g->rw_done = g->rw_midline = false;
+	g->rw_done = g->rw_midline = g->held = false;
+	g->ulen = -1;
 	g->uerrcodes = 0;
 	g->uoverloaded = false;
 }

@@ -225,6 +225,10 @@ typedef struct gwreq {
 	unsigned		 uerrcodes;	/* x-stargate-error-code count */
 	bool			 uoverloaded;	/* ... overloaded_error */
 	bool			 remembered;	/* store write issued */
+	int64_t			 ulen;		/* upstream Content-Length, -1 */
+	bool			 held;		/* reply start deferred */
+	int			 hstatus;
+	char			 hreason[64];
 } gwreq;
 
 struct preq {
@@ -324,6 +328,8 @@ typedef struct apikey {
 /* A store write waiting for its commit record. */
 typedef struct gwwrite {
 	uint64_t	 seq;
+	char		 key[SG_LC_KEY_LEN + 1];
+	char		 cl[SG_ID_MAX + 1];
 	otlp_span	 span;			/* last_cluster_write */
 	char		 rid[160];
 	char		 model[128];
@@ -351,6 +357,9 @@ struct proxy {
 	sg_store		*store;		/* this worker's, or NULL */
 	struct event		*store_ev;	/* commit records */
 	gwwrite			*wq, *wq_tail;	/* writes awaiting commit */
+	gwwrite			*wb, *wb_tail;	/* writes not yet queued */
+	size_t			 nwb;
+	struct event		*wb_timer;	/* hands the batch over */
 	gwwrite			*wfree;
 	size_t			 wpending;
 	h1_upstream		*router_up;	/* --router-url */
@@ -497,6 +506,9 @@ int	gateway_reply_start(preq *q, int status, const char *cluster_id);
 void	gateway_reply_headers(preq *q);
 /* Rewrite and send body bytes; flush at the end of the body. */
 void	gateway_emit(preq *q, const char *ptr, size_t len, bool flush);
+/* Start the client reply; a small unary JSON reply being rewritten is
+ * held until its body is complete, then sent with its Content-Length. */
+void	gateway_send_start(preq *q, int status, const char *reason);
 /* Pick the rewrite mode from the upstream's Content-Type. */
 void	gateway_rw_mode(preq *q, const char *ctype, size_t len);
 void	gateway_update_gauges(proxy *p);

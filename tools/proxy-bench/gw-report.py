@@ -4,10 +4,12 @@
 Reads OUT/results.tsv (one line per wrk run: targets sgproxy = --role
 router, sgall = --role all with the last-cluster store on) and prints
 Markdown: per concurrency and target the median (min-max over the rounds)
-of requests/s, p50, p99 and the proxy's CPU per request; then the gateway
-stage's cost per round -- CPU per request of all over router (as added
-percent) and p50 of all minus router -- as median (min-max), against the
-issue's targets (<= 20 % CPU, <= 100 us p50).
+of requests/s, p50, p99 and the proxy's CPU per request (the process and
+its threads: the LMDB store thread's commits count); then the gateway
+stage's cost per round -- CPU per request of all (and of all with the
+store off) over router, as added percent and microseconds, and p50 of all
+minus router -- as median (min-max), against the issue's targets (<= 20 %
+CPU, <= 100 us p50).
 """
 import csv
 import statistics
@@ -33,14 +35,14 @@ def med(v):
 
 
 concs = sorted({c for c, _ in by})
-names = {"sgproxy": "router", "sgall": "all"}
+names = {"sgproxy": "router", "sgall": "all", "sgallns": "all, store off"}
 print("# sg-proxy gateway stage: --role all vs --role router\n")
 print("`tools/proxy-bench/run %s`; medians over the rounds (min-max)\n"
       % argv)
 print("| conc | role | req/s | p50 us | p99 us | CPU us/req | errors |")
 print("|---|---|---|---|---|---|---|")
 for c in concs:
-    for t in ("sgproxy", "sgall"):
+    for t in ("sgproxy", "sgall", "sgallns"):
         rs = [by[k][t] for k in by if k[0] == c and t in by[k]]
         print("| %d | %s | %s | %s | %s | %s | %d |" % (
             c, names[t], med([float(r["rps"]) for r in rs]),
@@ -49,16 +51,20 @@ for c in concs:
             med([cpu_us(r) for r in rs]),
             sum(int(r["errors"]) for r in rs)))
 print("\nGateway stage, per round (all over router in the same round):\n")
-print("| conc | added CPU per request, % (target <= 20) | "
-      "added p50, us (target <= 100) |")
-print("|---|---|---|")
+print("| conc | variant | added CPU per request, % (target <= 20) | "
+      "added CPU per request, us | added p50, us (target <= 100) |")
+print("|---|---|---|---|---|")
 for c in concs:
-    pct, dp50 = [], []
-    for k in by:
-        if k[0] != c or "sgproxy" not in by[k] or "sgall" not in by[k]:
-            continue
-        a, b = by[k]["sgall"], by[k]["sgproxy"]
-        if cpu_us(b) > 0:
-            pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
-        dp50.append(float(a["p50_us"]) - float(b["p50_us"]))
-    print("| %d | %s | %s |" % (c, med(pct), med(dp50)))
+    for t in ("sgall", "sgallns"):
+        pct, dus, dp50 = [], [], []
+        for k in by:
+            if k[0] != c or "sgproxy" not in by[k] or t not in by[k]:
+                continue
+            a, b = by[k][t], by[k]["sgproxy"]
+            if cpu_us(b) > 0:
+                pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
+            dus.append(cpu_us(a) - cpu_us(b))
+            dp50.append(float(a["p50_us"]) - float(b["p50_us"]))
+        if dp50:
+            print("| %d | %s | %s | %s | %s |" % (c, names[t], med(pct),
+                  med(dus), med(dp50)))
