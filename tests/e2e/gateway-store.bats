@@ -94,54 +94,61 @@ median() {
 }
 
 @test "a lookup slower than the timeout: the request proceeds without the header within the timeout plus 5 ms" {
-	local b key i base=() slow=() mb ms
+	local i base=() slow=() mb ms
 	start_redis
 	start_gateway --last-cluster true --last-cluster-timeout 20ms \
 	    --last-cluster-store "redis://127.0.0.1:$REDIS_PORT/0"
-	b=$(cbody acme/dummy-model '{"prompt_cache_key": "pck-slow"}')
-	creq "$b"
-	[ "$STATUS" = 200 ]
-	# the store answers: the next turns carry the hint
-	wait_for 50 0.1 bash -c "[ -n \"\$(redis-cli -p $REDIS_PORT --scan --pattern 'lc:v1:*')\" ]"
+	# seven sessions, each remembered (committed to the store: the gateway
+	# answers its own uncommitted writes from memory, so each frozen lookup
+	# below is for a session whose last write is in the store only)
 	for i in 1 2 3 4 5 6 7; do
-		creq "$b"
+		creq "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-slow-$i\"}")"
+		[ "$STATUS" = 200 ]
+	done
+	wait_for 50 0.1 bash -c "[ \"\$(redis-cli -p $REDIS_PORT --scan --pattern 'lc:v1:*' | wc -l)\" = 7 ]"
+	sleep 0.2
+	# the store answers: each session's next turn carries the hint
+	for i in 1 2 3 4 5 6 7; do
+		creq "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-slow-$i\"}")"
 		[ "$STATUS" = 200 ]
 		[ "$(rhdr -1 "$HINT")" = B ]
 		base+=("$US")
 	done
+	wait_for 50 0.1 bash -c "[ \"\$(curl -s $GW_URL/metrics | awk '/^llm_api_gateway_last_cluster_writes_total\\{.*result=\"ok\"/ { s += \$NF } END { print s + 0 }')\" = 14 ]"
 	# freeze the store: the connection stays up, nothing is answered
 	kill -STOP "$REDIS_PID"
+	wait_for 50 0.02 bash -c "[ \"\$(sed 's/.*) //' /proc/$REDIS_PID/stat | cut -d' ' -f1)\" = T ]"
 	for i in 1 2 3 4 5 6 7; do
-		creq "$b"
+		creq "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-slow-$i\"}")"
 		[ "$STATUS" = 200 ] || { cat "$T/h"; return 1; }
-		rlacks -1 "$HINT"
+		rlacks -1 "$HINT" || { echo "frozen request $i, after ${slow[*]} us"; return 1; }
 		slow+=("$US")
 	done
 	kill -CONT "$REDIS_PID"
 	mb=$(printf '%s\n' "${base[@]}" | median)
 	ms=$(printf '%s\n' "${slow[@]}" | median)
 	echo "store answering: ${base[*]} us (median $mb); frozen: ${slow[*]} us (median $ms)"
-	# the request waited for the lookup timeout (20 ms), then at most 5 ms
-	# more than a request whose lookup answered (medians of 7: the machine
-	# is shared)
-	[ "$ms" -ge 19000 ]
+	# a request waited at most the lookup timeout (20 ms) plus 5 ms more
+	# than a request whose lookup answered (medians of 7: the machine is
+	# shared); the first ones did wait for the timeout
 	[ "$ms" -le $((mb + 25000)) ]
-	# each frozen lookup timed out, or failed at once once the backend
+	[ "$(printf '%s\n' "${slow[@]}" | sort -n | tail -1)" -ge 19000 ]
+	# each frozen lookup timed out, or failed at once after the backend
 	# gave the connection up (fail-open either way)
 	METRICS=$(curl -sS --max-time 5 "$GW_URL/metrics")
 	grep '^llm_api_gateway_last_cluster_lookups_total' <<<"$METRICS"
-	[ "$(msum llm_api_gateway_last_cluster_lookups_total 'result="timeout"')" -ge 4 ]
+	[ "$(msum llm_api_gateway_last_cluster_lookups_total 'result="timeout"')" -ge 1 ]
 	[ "$(( $(msum llm_api_gateway_last_cluster_lookups_total 'result="timeout"') +
 	    $(msum llm_api_gateway_last_cluster_lookups_total 'result="error"') ))" = 7 ]
 	# the gateway's own timing of its lookups: none past 50 ms, and the
-	# answered ones (7 hits, 1 miss) within 20 ms
+	# answered ones (7 misses, 7 hits) within 20 ms
 	local le50 le20 n
 	n=$(msum llm_api_gateway_last_cluster_lookup_duration_seconds_count)
 	le50=$(msum llm_api_gateway_last_cluster_lookup_duration_seconds_bucket 'le="0.05"')
-	[ "$n" = 15 ]
-	[ "$le50" = "$n" ]
 	le20=$(msum llm_api_gateway_last_cluster_lookup_duration_seconds_bucket 'le="0.02"')
-	[ "$le20" -ge 8 ]
+	[ "$n" = 21 ]
+	[ "$le50" = "$n" ]
+	[ "$le20" -ge 14 ]
 }
 
 # ref_answer BODY [curl options]: the flag-off gateway's answer, in
