@@ -21,6 +21,17 @@
 
 #include "sg_internal.h"
 
+/*
+ * sgi_pulsar_rank_start() that, on a cache hit and with last >= 0, writes
+ * the ranking with candidate last moved to the front (the session plan's
+ * "keep" rotation) in the same pass: *pos is last's rank before the move,
+ * or SIZE_MAX when nothing was rotated (no hit, last < 0 or unranked).
+ * Defined in sg_simple.c, called from sg_waw.c; declared in both (its
+ * place is sg_internal.h, which this module does not own).
+ */
+size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
+	    size_t *order, bool *full, long last, size_t *pos);
+
 #define DENSE_MAX_SAMPLE	64	/* rejection sampling keeps <= this */
 
 static void	score_explain(sgi_ctx *);
@@ -505,19 +516,48 @@ rcache(const sgi_ctx *x)
 }
 
 
+/*
+ * order[] = last, then r[0..nr) without last (branch-free); *pos is last's
+ * rank in r, or SIZE_MAX (order then as r) when last is not ranked.
+ */
+static void
+copy_rotated(const uint16_t *r, size_t nr, size_t last, size_t *order,
+    size_t *pos)
+{
+	size_t i, j = 1, p = SIZE_MAX;
+
+	order[0] = last;
+	for (i = 0; i < nr; i++) {
+		bool other = r[i] != last;
+
+		order[j] = r[i];
+		if (!other)
+			p = i;
+		j += other;
+	}
+	if (p == SIZE_MAX)
+		for (i = 0; i < nr; i++)
+			order[i] = r[i];
+	*pos = p;
+}
+
 size_t
-sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
-    bool *full)
+sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+    bool *full, long last, size_t *pos)
 {
 	sgi_rclookup lk;
 	const uint16_t *r;
 	size_t i, nr;
 
+	*pos = SIZE_MAX;
 	sgi_pulsar_prefix(prefix, x->def, x->req);
 	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, prefix, &lk, &r,
 	    &nr) == SGI_RC_HIT) {
-		for (i = 0; i < nr; i++)
-			order[i] = r[i];
+		if (last >= 0 && nr > 0)
+			copy_rotated(r, nr, (size_t)last, order, pos);
+		else
+			for (i = 0; i < nr; i++)
+				order[i] = r[i];
 		*full = true;
 		return nr;
 	}
@@ -533,6 +573,15 @@ sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
 		(void)sgi_rcache_store(x->scratch->rcache, &lk, order, nr);
 	*full = true;
 	return nr;
+}
+
+size_t
+sgi_pulsar_rank_start(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+    bool *full)
+{
+	size_t pos;
+
+	return sgi_pulsar_rank_start_rot(x, prefix, order, full, -1, &pos);
 }
 
 size_t

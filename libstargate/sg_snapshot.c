@@ -99,12 +99,33 @@ sg_cluster_set_prio(sg_cluster *c, uint32_t priority, double ms)
 
 /* --- the id index --------------------------------------------------------- */
 
-/* XXH3 (ids are short: a few ns; the index is never persisted). */
+/*
+ * A multiply-xorshift over the id's 8-byte words (the last word overlaps
+ * the one before it), cheaper than XXH3 on a per-decision hint lookup.
+ * Ids come from the operator's cluster list, and the index is never
+ * persisted, so a fast non-cryptographic mix is enough; a collision costs
+ * a probe, never a wrong answer (ids are compared in full).
+ */
 static size_t
 id_hash(const char *id, size_t len)
 {
-	uint64_t h = XXH3_64bits(id, len);
+	uint64_t h = (uint64_t)len * 0x9e3779b97f4a7c15ULL, w = 0;
+	size_t i;
 
+	if (len < 8) {
+		for (i = 0; i < len; i++)
+			w = w << 8 | (unsigned char)id[i];
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+	} else {
+		for (i = 0; i + 8 < len; i += 8) {
+			memcpy(&w, id + i, sizeof(w));
+			h = (h ^ w) * 0xff51afd7ed558ccdULL;
+			h ^= h >> 32;
+		}
+		memcpy(&w, id + len - 8, sizeof(w));
+		h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+	}
+	h ^= h >> 29;
 	return (size_t)(h ^ (h >> 32));
 }
 
@@ -259,7 +280,9 @@ sg_snapshot_find(const sg_snapshot *s, const char *id, size_t len)
 	while (s->slot[h] != 0) {
 		const sg_cluster *c = &s->c[s->slot[h] - 1];
 
-		if (c->id_len == len && memcmp(c->id, id, len) == 0)
+		/* the last byte first: it tells most same-length ids apart */
+		if (c->id_len == len && c->id[len - 1] == id[len - 1] &&
+		    memcmp(c->id, id, len) == 0)
 			return (long)(s->slot[h] - 1);
 		h = (h + 1) & mask;
 	}

@@ -45,6 +45,17 @@
 
 #include "sg_internal.h"
 
+/*
+ * sgi_pulsar_rank_start() that, on a cache hit and with last >= 0, writes
+ * the ranking with candidate last moved to the front (the session plan's
+ * "keep" rotation) in the same pass: *pos is last's rank before the move,
+ * or SIZE_MAX when nothing was rotated (no hit, last < 0 or unranked).
+ * Defined in sg_simple.c, called from sg_waw.c; declared in both (its
+ * place is sg_internal.h, which this module does not own).
+ */
+size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
+	    size_t *order, bool *full, long last, size_t *pos);
+
 enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
 
 /* One algorithm call. */
@@ -1272,13 +1283,14 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
 	const char *hint = r->last_cluster_id;
 	long li = -1;
 
-	memset(p, 0, sizeof(*p));
+	p->applies = applies;
+	p->state = 0;
+	p->promoted = false;
 	p->last = -1;
 	p->x_ms = (double)w->d->affinity_wait_ms;
 	p->scale = w->d->affinity_scale;
 	if (!applies)
 		return;
-	p->applies = true;
 	if (hint != NULL && hint[0] != '\0')
 		li = sg_snapshot_find(w->x->snap, hint, strlen(hint));
 	if (r->session_state == SG_SESSION_UNCLASSIFIED) {
@@ -1303,7 +1315,7 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
  * one when it is at p > 0; when absent, insert-and-truncate (w-a-w) puts it
  * at the front and drops the last member, keep mode leaves the order alone.
  */
-static void
+static inline __attribute__((always_inline)) void
 plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
     bool insert)
 {
@@ -1313,17 +1325,18 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 	    len > 0) {
 		for (pos = 0; pos < len && order[pos] != (size_t)p->last; pos++)
 			;
-		if (pos < len) {
-			if (pos > 0) {
+		if (pos == len && insert)
+			pos = len - 1;	/* insert-and-truncate */
+		if (pos < len && pos > 0) {
+			if (pos == 1)	/* K = 2: one move, no call */
+				order[1] = order[0];
+			else
 				memmove(&order[1], &order[0],
 				    pos * sizeof(*order));
-				order[0] = (size_t)p->last;
-				p->promoted = true;
-			}
-		} else if (insert) {
-			memmove(&order[1], &order[0],
-			    (len - 1) * sizeof(*order));
 			order[0] = (size_t)p->last;
+			p->promoted = true;
+		} else if (pos == 0 && order[0] != (size_t)p->last) {
+			order[0] = (size_t)p->last;	/* len 1, absent */
 			p->promoted = true;
 		}
 	}
@@ -1345,6 +1358,9 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 	out->promoted = p->promoted;
 	if (out->kind != SG_DECIDE_SELECT)
 		out->primary = false;
+	else if (p->state == SG_SESSION_RETURNING && p->last >= 0)
+		/* ids are unique: the hint names exactly candidate last */
+		out->primary = out->index == (size_t)p->last;
 	else if (p->state == SG_SESSION_RETURNING)
 		out->primary = hint != NULL &&
 		    strcmp(out->cluster_id, hint) == 0;
@@ -1623,7 +1639,7 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	struct waw w;
 	struct plan p;
 	struct core r;
-	size_t *order = x->scratch->order, nr, k, kk, open_end, width, b;
+	size_t *order = x->scratch->order, nr, k, kk, open_end, width, b, rot;
 	double elapsed = x->elapsed_ms, wt = 0, S, ww, bands;
 	bool have_wait = false, kv, full, last_ranked = false;
 	sgi_hashbuf prefix;
@@ -1638,10 +1654,17 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	 * cached one, only its first k ranks, as long as no later phase
 	 * needs more (lazy; the rest is ranked at step 5).
 	 */
-	nr = sgi_pulsar_rank_start(x, &prefix, order, &full);
 	k = w.d->selection_count > 0 ? w.d->selection_count : 1;
 	state0 = x->req->session_state;	/* unranked: not classified */
 	plan_classify(&w, w.d->last_cluster_affinity && has_key(x->req), &p);
+	/*
+	 * A cached ranking is copied with the plan's rotation applied in
+	 * the same pass (then rot is last's former rank); --explain renders
+	 * the unrotated order, so it rotates below.
+	 */
+	nr = sgi_pulsar_rank_start_rot(x, &prefix, order, &full,
+	    p.applies && p.state == SG_SESSION_RETURNING &&
+	    x->explain == NULL ? p.last : -1, &rot);
 	if (!full) {
 		kk = sgi_pulsar_top(x, &prefix, k, p.last, order, &last_ranked);
 		if (kk == SIZE_MAX) {
@@ -1668,7 +1691,11 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	/* 2. the session plan ("keep" mode) may rotate the ranking */
 	if (!full)
 		;	/* rotated above */
-	else if (x->explain != NULL) {
+	else if (rot != SIZE_MAX) {
+		/* rotated while copied: what plan_promote() would record */
+		p.promoted = rot > 0;
+		x->req->session_promoted = p.promoted;
+	} else if (x->explain != NULL) {
 		/* idx2 holds the original order until the first phase */
 		memcpy(x->scratch->idx2, order, nr * sizeof(*order));
 		plan_promote(&w, &p, order, nr, false);

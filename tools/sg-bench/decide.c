@@ -241,6 +241,10 @@ static const struct scenario scenarios[] = {
 	    0, false, false, WAW_SESS_OFF, false },
 	{ "pwaw-returning-vs-off", PWAW_SESS_ON, FL_FLAGOFF, HINT_OTHER,
 	    false, 0, false, false, PWAW_SESS_OFF, false },
+	{ "waw-returning-samepath-vs-off", WAW_SESS_ON, FL_FLAGOFF,
+	    HINT_OTHER, false, 0, false, false, WAW_SESS_OFF, true },
+	{ "pwaw-returning-samepath-vs-off", PWAW_SESS_ON, FL_FLAGOFF,
+	    HINT_OTHER, false, 0, false, false, PWAW_SESS_OFF, true },
 	{ "waw-new-vs-off", WAW_SESS_ON, FL_FLAGOFF, HINT_NONE, false, 0,
 	    false, false, WAW_SESS_OFF, false },
 	{ "pwaw-new-vs-off", PWAW_SESS_ON, FL_FLAGOFF, HINT_NONE, false, 0,
@@ -1387,7 +1391,7 @@ bench_decide_main(int argc, char *argv[])
 		    "reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,"
 		    "cache_hit_pct\n");
 	timer_calibrate();
-	printf("%-24s %5s %10s %10s %10s %7s %9s %9s %6s %8s  %s\n",
+	printf("%-30s %5s %10s %10s %10s %7s %9s %9s %6s %8s  %s\n",
 	    "scenario", "N", "p50(ns)", "p99(ns)", "floor(ns)", "ratio",
 	    "call-p50", "call-p99", "hit%", "allocs", "select/wait/reject %");
 	for (s = 0; s < NSCEN; s++) {
@@ -1404,7 +1408,7 @@ bench_decide_main(int argc, char *argv[])
 
 			if (!isnan(row.hit))
 				snprintf(hit, sizeof hit, "%.1f", row.hit);
-			printf("%-24s %5zu %10.1f %10.1f %10.1f %7.2f %9.1f "
+			printf("%-30s %5zu %10.1f %10.1f %10.1f %7.2f %9.1f "
 			    "%9.1f %6s %8.3f  %.0f/%.0f/%.0f",
 			    row.scenario, row.n, row.p50, row.p99,
 			    row.floor50, row.ratio, row.c50, row.c99,
