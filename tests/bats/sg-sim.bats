@@ -429,20 +429,20 @@ large() {
 	[ -z "$stderr" ]
 }
 
-@test "the perfect-knowledge bound: each decision takes the longest cached prefix any candidate holds and keeps it to admission, on every bundled scenario and the example trace (no tolerance)" {
+@test "the perfect-knowledge bound: each decision takes the longest cached prefix any candidate holds, on every bundled scenario and the example trace (no tolerance)" {
 	local f n=0
 	for f in "$SCEN"/*.json "$SCEN"/../traces/chat-small.json; do
 		if large "$f" && [ -z "${SG_SIM_LARGE:-}" ]; then continue; fi
 		run -0 --separate-stderr "$SIM" -j 2 --json "$f"
 		[ "$(j .bound_row)" = perfect ]
 		echo "$(basename "$f"): $(j '[.rows[] | "\(.row)=\(.reused_input_tokens)/\(.took_prefix_tokens)/\(.best_prefix_tokens)"] | join(" ")')"
-		# The bound: what it took is the most any candidate held, all
-		# of it reused at admission, and it reused something.
+		# The bound: what it took is the most any candidate held, and
+		# it reused something.
 		j '.rows[] | select(.row == "perfect") |
 		    .took_prefix_tokens == .best_prefix_tokens and
-		    .reused_input_tokens == .took_prefix_tokens and
 		    .reused_input_tokens > 0' | grep -qx true
-		# Every row: reused <= took <= best.
+		# Every row: reused <= took <= best (what a request loses
+		# while it waits for a slot is the engine's eviction).
 		j '[.rows[] | .reused_input_tokens <= .took_prefix_tokens and
 		    .took_prefix_tokens <= .best_prefix_tokens] | all' |
 		    grep -qx true
