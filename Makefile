@@ -189,6 +189,10 @@ FUZZERS   := $(FUZZSRC:tests/fuzz/%.c=$(O)/fuzz/%)
 # A target built from a program's source also links the programs' code.
 FUZZ_EXTRA_fuzz_route_stream = $(PROGCOMMONOBJ)
 FUZZ_EXTRA_fuzz_h1 = $(O)/obj/bin/sg-proxy/h1.o
+# fuzz_proxy runs sg-proxy's main() on a thread: every sg-proxy object but
+# main.o, main.c again with main renamed, and the engine it forwards to.
+FUZZ_PROXYOBJ := $(filter-out %/main.o,$(patsubst %.c,$(O)/obj/%.o,$(wildcard bin/sg-proxy/*.c)))
+FUZZ_EXTRA_fuzz_proxy = $(FUZZ_PROXYOBJ) $(O)/fuzz/sg-proxy-main.o $(PROGCOMMONOBJ)
 
 units: $(FUZZDRIVERS)
 
@@ -201,6 +205,13 @@ $(FUZZERS): $(O)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(O)/libstargate.a $$(
 	@mkdir -p $(@D)
 	$(CC) $(SG_CPPFLAGS) -Ibin -Itests/fuzz $(SG_CFLAGS) -fsanitize=fuzzer \
 	    -o $@ $< $(FUZZ_EXTRA_$*) $(O)/libstargate.a $(DEPLIBS)
+
+$(O)/fuzz/sg-proxy-main.o: bin/sg-proxy/main.c $(LIBHDR) $(PROGHDR) $(MPROGHDR) Makefile
+	@mkdir -p $(@D)
+	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) -Wno-missing-prototypes \
+	    -Dmain=sg_proxy_main -c -o $@ $<
+
+$(O)/fuzz/fuzz_proxy $(O)/tests/fuzz/fuzz_proxy: $(O)/bin/sg-mockengine
 
 fuzz-build: $(FUZZERS)
 

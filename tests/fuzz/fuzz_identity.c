@@ -78,6 +78,11 @@ check_route(const sg_identity *id, const char *hint)
 		return;
 	}
 	FZ_ASSERT(gh.n <= SG_GATEWAY_MAX_HEADERS);
+#ifdef FZ_SKIP_KNOWN
+	/* to fuzz on past /work/fz-bugs.txt item 1 (a blank model suffix) */
+	if (strspn(id->model, " \t") == strlen(id->model))
+		return;
+#endif
 	sg_request_init(&r);
 	rc = sg_gateway_request(&r, &gh, &err);
 	if (rc != 0)
