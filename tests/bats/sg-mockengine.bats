@@ -2,7 +2,8 @@
 # sg-mockengine(1): OpenAI-compatible responses (unary and SSE), the test
 # controls (hold/release seen through /stats), the KV-reuse headers, /stats
 # and /metrics (checked against the Prometheus text exposition grammar),
-# request errors, options and a clean SIGTERM.  Every server runs on a free
+# request errors, bounded numeric inputs (400 past each bound), header and
+# body read timeouts (408), system_fingerprint, options and a clean SIGTERM.  Every server runs on a free
 # loopback port (port 0 + --port-file) and is killed in teardown; every wait
 # is a bounded loop.
 
@@ -601,4 +602,191 @@ wait_stats_1s() {
 	[ "$(status_code)" = 400 ]
 	post /v1/embeddings '{"model":"other","input":"x"}'
 	[ "$(status_code)" = 404 ]
+}
+
+# --- issue 12: bounded inputs, read timeouts, -h, system_fingerprint ---------
+
+@test "-h prints usage on stdout and exits 0 (the usage advertises it)" {
+	run -0 --separate-stderr "$ME" -h
+	[[ $output == usage:* ]]
+	[[ $output == *"-h | --help"* ]]
+	[ -z "$stderr" ]
+}
+
+# Regression: x-input-tokens near 2^64 was accepted and blocked every later
+# request (and the queued-token sum overflowed).
+@test "bounded inputs: x-input-tokens above 1000000 (near 2^64) is 400 and later requests are served" {
+	start -t 2 --decode-tps 1000
+	local v
+	for v in 18446744073709551615 18446744073709551616 9223372036854775808 1000001; do
+		post /v1/chat/completions "$CHAT" -H "x-input-tokens: $v"
+		[ "$(status_code)" = 400 ]
+		[ "$(j .error.type)" = invalid_request_error ]
+		[[ $(j .error.message) == "x-input-tokens: expected an integer in 0..1000000" ]]
+	done
+	post /v1/chat/completions "$CHAT" -H 'x-input-tokens: 100'
+	[ "$(status_code)" = 200 ]
+	[ "$(j .usage.prompt_tokens)" = 100 ]
+	stats | jq -e '.queued == 0 and .running == 0' >/dev/null ||
+	    wait_stats '.running == 0'
+}
+
+@test "bounded inputs: 1000000 input tokens is the largest accepted" {
+	start -t 1 --prefill-tps 1000000000 --decode-tps 1000
+	post /v1/chat/completions "$CHAT" -H 'x-input-tokens: 1000000'
+	[ "$(status_code)" = 200 ]
+	[ "$(j .usage.prompt_tokens)" = 1000000 ]
+}
+
+# Regression: an empty x-input-tokens was accepted.
+@test "bounded inputs: an empty x-input-tokens or x-output-tokens is 400" {
+	start -t 2
+	post /v1/chat/completions "$CHAT" -H 'x-input-tokens;'
+	[ "$(status_code)" = 400 ]
+	[[ $(j .error.message) == x-input-tokens:* ]]
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens;'
+	[ "$(status_code)" = 400 ]
+	[[ $(j .error.message) == x-output-tokens:* ]]
+	post /v1/chat/completions "$CHAT" -H 'x-input-tokens: -1'
+	[ "$(status_code)" = 400 ]
+}
+
+@test "bounded inputs: x-output-tokens above 1000000 is 400, 0 means not given" {
+	start -t 3 --decode-tps 1000
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens: 1000001'
+	[ "$(status_code)" = 400 ]
+	[ "$(j .error.message)" = "x-output-tokens: expected an integer in 0..1000000" ]
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens: 18446744073709551615'
+	[ "$(status_code)" = 400 ]
+	post /v1/chat/completions "$CHAT" -H 'x-output-tokens: 0'
+	[ "$(status_code)" = 200 ]
+	[ "$(j .usage.completion_tokens)" = 3 ]
+}
+
+@test "bounded inputs: max_tokens, max_completion_tokens and max_output_tokens outside 1..1000000 or not integers are 400 naming the field" {
+	start -t 3 --decode-tps 1000
+	local f v
+	for f in max_tokens max_completion_tokens; do
+		for v in 0 -1 1.5 '"2"' true 1000001 4294967296; do
+			post /v1/chat/completions "$(jq -c ".$f = $v" <<<"$CHAT")"
+			[ "$(status_code)" = 400 ] || { echo "$f=$v: $output"; return 1; }
+			[ "$(j .error.message)" = "$f: expected an integer in 1..1000000" ] ||
+			    { echo "$f=$v: $output"; return 1; }
+		done
+	done
+	post /v1/completions '{"model":"dummy-model","prompt":"x","max_tokens":0}'
+	[ "$(status_code)" = 400 ]
+	[ "$(j .error.message)" = "max_tokens: expected an integer in 1..1000000" ]
+	post /v1/responses '{"model":"dummy-model","input":"x","max_output_tokens":1000001}'
+	[ "$(status_code)" = 400 ]
+	[ "$(j .error.message)" = "max_output_tokens: expected an integer in 1..1000000" ]
+	# a literal jansson cannot hold is a bad body
+	post /v1/chat/completions "$(jq -c '.max_tokens = 1' <<<"$CHAT" | sed 's/"max_tokens":1/"max_tokens":18446744073709551616/')"
+	[ "$(status_code)" = 400 ]
+	# null is absent; the limits still work
+	post /v1/chat/completions "$(jq -c '.max_tokens = null | .max_completion_tokens = 2' <<<"$CHAT")"
+	[ "$(status_code)" = 200 ]
+	[ "$(j .usage.completion_tokens)" = 2 ]
+	[ "$(j '.choices[0].finish_reason')" = length ]
+}
+
+@test "system_fingerprint is the --cluster-id in chat, completions, every SSE chunk and Responses objects" {
+	start -t 2 --decode-tps 1000 --cluster-id east-2
+	post /v1/chat/completions "$CHAT"
+	[ "$(j .system_fingerprint)" = east-2 ]
+	post /v1/completions '{"model":"dummy-model","prompt":"x"}'
+	[ "$(j .system_fingerprint)" = east-2 ]
+	post /v1/chat/completions "$(jq -c '.stream = true | .stream_options = {include_usage: true}' <<<"$CHAT")"
+	local n
+	n=$(grep '^data: {' <<<"$output" | sed 's/^data: //' | jq -s 'length')
+	[ "$n" -ge 4 ]
+	[ "$(grep '^data: {' <<<"$output" | sed 's/^data: //' |
+	    jq -s 'map(select(.system_fingerprint == "east-2")) | length')" = "$n" ]
+	post /v1/completions '{"model":"dummy-model","prompt":"x","stream":true}'
+	[ "$(grep '^data: {' <<<"$output" | sed 's/^data: //' |
+	    jq -s 'all(.system_fingerprint == "east-2")')" = true ]
+	post /v1/responses '{"model":"dummy-model","input":"x"}'
+	[ "$(j .system_fingerprint)" = east-2 ]
+	post /v1/responses '{"model":"dummy-model","input":"x","stream":true}'
+	[ "$(grep '^data: {' <<<"$output" | sed 's/^data: //' |
+	    jq -r 'select(.type == "response.completed") | .response.system_fingerprint')" = east-2 ]
+	grep -q system_fingerprint "$MAN"
+}
+
+# raw_client SCRIPT: a python client on $PORT (bounded by socket timeouts).
+raw_client() {
+	python3 -c "$1" "$PORT"
+}
+
+@test "read timeouts: half a header gets 408 within --header-timeout-ms, half a body within --body-timeout-ms, a silent connection is closed" {
+	start --header-timeout-ms 300 --body-timeout-ms 400 -t 1 --decode-tps 1000
+	local i n base
+	post /v1/chat/completions "$CHAT"
+	base=$(ls "/proc/$MPID/fd" | wc -l)
+	run -0 raw_client '
+import socket, sys
+def go(data):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    s.settimeout(10)
+    if data:
+        s.sendall(data)
+    got = b""
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    print(got.split(b"\r\n")[0].decode() or "closed")
+go(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-input-tokens: 1")
+go(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+go(b"")
+'
+	[ "${lines[0]}" = "HTTP/1.1 408 Request Timeout" ]
+	[ "${lines[1]}" = "HTTP/1.1 408 Request Timeout" ]
+	[ "${lines[2]}" = "HTTP/1.1 408 Request Timeout" ]
+	# the engine serves on, and holds no descriptor of the cut clients
+	post /v1/chat/completions "$CHAT"
+	[ "$(status_code)" = 200 ]
+	for i in $(seq 1 50); do
+		n=$(ls "/proc/$MPID/fd" | wc -l)
+		[ "$n" -le "$base" ] && break
+		sleep 0.1
+	done
+	[ "$n" -le "$base" ] || { ls -l "/proc/$MPID/fd"; return 1; }
+}
+
+@test "read timeouts: a kept-alive connection idle longer than the header timeout still serves its next request" {
+	start --header-timeout-ms 200 -t 1 --decode-tps 1000
+	run -0 raw_client '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(10)
+req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+for i in range(2):
+    s.sendall(req)
+    got = b""
+    while not got.endswith(b"ok\n"):
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    print(got.split(b"\r\n")[0].decode())
+    time.sleep(0.6)
+'
+	[ "${lines[0]}" = "HTTP/1.1 200 OK" ]
+	[ "${lines[1]}" = "HTTP/1.1 200 OK" ]
+}
+
+@test "read timeouts: a request served longer than the header timeout is not cut" {
+	start --header-timeout-ms 200 --body-timeout-ms 200 -t 20 --decode-tps 20
+	post /v1/chat/completions "$CHAT"
+	[ "$(status_code)" = 200 ]
+	[ "$(j .usage.completion_tokens)" = 20 ]
+}
+
+@test "read timeouts: bad --header-timeout-ms and --body-timeout-ms exit 64" {
+	run -64 --separate-stderr "$ME" --header-timeout-ms 0
+	[[ $stderr == *--header-timeout-ms* ]]
+	run -64 --separate-stderr "$ME" --body-timeout-ms 3600001
+	[[ $stderr == *--body-timeout-ms* ]]
 }

@@ -36,6 +36,8 @@ enum {
 	OPT_STEP_PREFILL,
 	OPT_JITTER,
 	OPT_SEED,
+	OPT_HDR_TIMEOUT,
+	OPT_BODY_TIMEOUT,
 };
 
 static const struct option longopts[] = {
@@ -45,6 +47,8 @@ static const struct option longopts[] = {
 	{ "port",		required_argument,	NULL,	'p' },
 	{ "tokens",		required_argument,	NULL,	't' },
 	{ "block-tokens",	required_argument,	NULL,	OPT_BLOCK_TOKENS },
+	{ "body-timeout-ms",	required_argument,	NULL,	OPT_BODY_TIMEOUT },
+	{ "header-timeout-ms",	required_argument,	NULL,	OPT_HDR_TIMEOUT },
 	{ "cluster-id",		required_argument,	NULL,	OPT_CLUSTER_ID },
 	{ "decode-tps",		required_argument,	NULL,	OPT_DECODE_TPS },
 	{ "jitter-ms",		required_argument,	NULL,	OPT_JITTER },
@@ -70,7 +74,8 @@ usage(int status)
 {
 	fprintf(status == EX_OK ? stdout : stderr,
 	    "usage: %s [-c slots] [-l address] [-m model] [-p port] [-t tokens]\n"
-	    "       [--block-tokens n] [--cluster-id id] [--decode-tps rate]\n"
+	    "       [--block-tokens n] [--body-timeout-ms ms] [--cluster-id id]\n"
+	    "       [--decode-tps rate] [--header-timeout-ms ms]\n"
 	    "       [--jitter-ms ms] [--kv-capacity tokens] [--max-batched-tokens n]\n"
 	    "       [--max-queue n] [--port-file file] [--prefill-tps rate]\n"
 	    "       [--prio-map] [--seed n] [--step-decode-ms ms] [--step-fixed-ms ms]\n"
@@ -123,9 +128,11 @@ main(int argc, char *argv[])
 	o.model = "dummy-model";
 	o.cluster_id = "mock";
 	o.tokens = 16;
+	o.header_timeout_ms = 10000;
+	o.body_timeout_ms = 30000;
 	eng_config_default(&o.eng);
 
-	while ((ch = getopt_long(argc, argv, "c:l:m:p:t:", longopts,
+	while ((ch = getopt_long(argc, argv, "c:hl:m:p:t:", longopts,
 	    NULL)) != -1) {
 		switch (ch) {
 		case 'c':
@@ -147,6 +154,16 @@ main(int argc, char *argv[])
 			break;
 		case 't':
 			o.tokens = opt_u64("tokens", optarg, 1, 1000000);
+			break;
+		case 'h':
+			usage(EX_OK);
+		case OPT_HDR_TIMEOUT:
+			o.header_timeout_ms = opt_u64("header-timeout-ms",
+			    optarg, 1, 3600000);
+			break;
+		case OPT_BODY_TIMEOUT:
+			o.body_timeout_ms = opt_u64("body-timeout-ms", optarg,
+			    1, 3600000);
 			break;
 		case OPT_BLOCK_TOKENS:
 			o.eng.block_tokens = (uint32_t)opt_u64("block-tokens",

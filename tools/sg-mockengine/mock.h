@@ -14,10 +14,12 @@ typedef struct mock_opts {
 	uint16_t	 port;		/* 0 = any free port */
 	const char	*port_file;	/* write the bound port here */
 	const char	*model;		/* served model id */
-	const char	*cluster_id;	/* id in /stats */
+	const char	*cluster_id;	/* id in /stats, system_fingerprint */
 	uint64_t	 tokens;	/* default response length */
 	double		 jitter_ms;	/* max extra delay before the engine */
 	uint64_t	 seed;		/* jitter and ids */
+	uint64_t	 header_timeout_ms; /* request line and headers */
+	uint64_t	 body_timeout_ms; /* the body, after the headers */
 	eng_config	 eng;
 } mock_opts;
 

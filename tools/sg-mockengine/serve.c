@@ -21,6 +21,11 @@
  * callback cancels the engine request (its slot or queue place is freed at
  * once) and frees the context; the evhttp request is never touched again.
  *
+ * Client input is bounded: every token count (headers and JSON fields) is
+ * at most MAX_TOKENS, anything else is a 400; a request must arrive within
+ * the header and body timeouts (the mconn deadlines below), else 408.
+ * Every answer carries the --cluster-id as system_fingerprint.
+ *
  * Nothing here logs prompt text, cache keys or request bodies.
  */
 #include <ctype.h>
@@ -52,8 +57,18 @@
 #include "sg-mockengine/mock.h"
 
 #define MAX_BODY	(16u << 20)
+/*
+ * Every token count a request gives (x-input-tokens, x-output-tokens,
+ * max_tokens and the like) is at most this; the default output length
+ * (--tokens) is bounded the same.  So the engine's sums stay far from
+ * overflow: MAX_BODY bytes estimate at most 4 Mi input tokens, and the
+ * queue holds at most 10^7 requests.
+ */
+#define MAX_TOKENS	1000000
+#define SWEEP_MS	50	/* connection deadlines checked this often */
 
 typedef struct mreq mreq;
+typedef struct mconn mconn;
 
 #define MX_N	9	/* /metrics families fed from the engine */
 
@@ -73,7 +88,33 @@ typedef struct mock {
 	sg_metrics		*reg;		/* /metrics */
 	sg_series		*mx[MX_N];
 	uint64_t		 seen_requests;	/* API requests counted */
+	mconn			*conns;		/* every client connection */
+	struct event		*sweep;		/* connection deadlines */
 } mock;
+
+/*
+ * A client connection (evhttp_set_bevcb gives us its bufferevent, which we
+ * hold a reference to; a callback on its input buffer sees every byte that
+ * arrives).  The request line and headers must arrive within
+ * --header-timeout-ms of the connection's start or of the first byte after
+ * the previous answer, the body within --body-timeout-ms of the end of the
+ * headers; a sweep every SWEEP_MS answers a late request 408 and closes the
+ * connection.  No deadline runs while a request is served or while a kept-
+ * alive connection is idle (evhttp's own idle timeout applies then).
+ */
+enum { CP_IDLE, CP_HEAD, CP_BODY, CP_SERVE };
+
+struct mconn {
+	mock			*m;
+	struct bufferevent	*bev;
+	struct evbuffer_cb_entry *cbe;		/* on its input buffer */
+	double			 deadline;	/* engine ms, HEAD and BODY */
+	int			 phase;		/* CP_* */
+	size_t			 linelen;	/* bytes of the current line */
+	bool			 any;		/* a non-empty line seen */
+	bool			 closed;	/* shut down, not yet freed */
+	mconn			*prev, *next;
+};
 
 /* What a request asks for. */
 enum kind { K_TEXT, K_CHAT, K_RESP, K_EMBED };
@@ -395,6 +436,20 @@ msg_id(const mreq *r)
 
 static json_t *resp_json(const mreq *r, bool done);
 
+/*
+ * o (a response or chunk object, may be NULL) with system_fingerprint set
+ * to the --cluster-id, so that a client behind a router sees which cluster
+ * served it.
+ */
+static json_t *
+fingerprint(const mock *m, json_t *o)
+{
+	if (o != NULL)
+		json_object_set_new(o, "system_fingerprint",
+		    json_string(m->o->cluster_id));
+	return o;
+}
+
 /* One chunk object; delta text, or the finish chunk when finish != NULL. */
 static json_t *
 chunk_json(const mreq *r, const char *text, bool role, const char *finish)
@@ -427,7 +482,7 @@ chunk_json(const mreq *r, const char *text, bool role, const char *finish)
 	    r->kind == K_CHAT ? "chat.completion.chunk" : "text_completion",
 	    "created",
 	    (json_int_t)m->started, "model", m->o->model, "choices", choice);
-	return o;
+	return fingerprint(m, o);
 }
 
 /*
@@ -559,10 +614,10 @@ resp_json(const mreq *r, bool done)
 		    "text", text, "annotations");
 		free(text);
 	}
-	o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
-	    "response", "created_at", (json_int_t)m->started, "status",
-	    !done ? "in_progress" : r->limited ? "incomplete" : "completed",
-	    "model", m->o->model, "output", out);
+	o = fingerprint(m, json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id,
+	    "object", "response", "created_at", (json_int_t)m->started,
+	    "status", !done ? "in_progress" : r->limited ? "incomplete" :
+	    "completed", "model", m->o->model, "output", out));
 	if (o == NULL)
 		return NULL;
 	json_object_set_new(o, "incomplete_details", done && r->limited ?
@@ -667,10 +722,10 @@ completion_json(const mreq *r)
 		choice = json_pack("{s:s,s:i,s:n,s:s}", "text", text, "index",
 		    0, "logprobs", "finish_reason", finish);
 	free(text);
-	return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", r->id, "object",
-	    r->kind == K_CHAT ? "chat.completion" : "text_completion",
-	    "created", (json_int_t)m->started, "model", m->o->model, "choices",
-	    choice, "usage", usage_json(r));
+	return fingerprint(m, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id",
+	    r->id, "object", r->kind == K_CHAT ? "chat.completion" :
+	    "text_completion", "created", (json_int_t)m->started, "model",
+	    m->o->model, "choices", choice, "usage", usage_json(r)));
 }
 
 static void
@@ -735,7 +790,7 @@ on_engine(void *ctx, uint32_t handle, int event, const eng_info *info)
 			    "created", (json_int_t)r->m->started, "model",
 			    r->m->o->model, "choices", "usage", usage_json(r));
 
-			sse(r, u);
+			sse(r, fingerprint(r->m, u));
 		}
 		{
 			struct evbuffer *b = evbuffer_new();
@@ -888,9 +943,13 @@ chain_content(chain *c, const json_t *v)
 	chain_add(c, "", 1);
 }
 
-/* Header value as an unsigned integer; -1 absent, -2 malformed. */
+/*
+ * Header value as an unsigned integer in 0..max; -1 absent, -2 malformed
+ * (an empty value too) or above max.
+ */
 static int
-header_u64(struct evhttp_request *req, const char *name, uint64_t *out)
+header_u64(struct evhttp_request *req, const char *name, uint64_t max,
+    uint64_t *out)
 {
 	const char *v = evhttp_find_header(
 	    evhttp_request_get_input_headers(req), name);
@@ -903,9 +962,7 @@ header_u64(struct evhttp_request *req, const char *name, uint64_t *out)
 	len = strlen(v);
 	while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
 		len--;
-	if (len == 0)
-		return -1;
-	if (sg_parse_u64(v, len, UINT64_MAX, out) != 0)
+	if (len == 0 || sg_parse_u64(v, len, max, out) != 0)
 		return -2;
 	return 0;
 }
@@ -1059,12 +1116,47 @@ embed_setup(mreq *r, const json_t *root, size_t parts)
 	return NULL;
 }
 
+/*
+ * The request's output limit (max_completion_tokens, then max_tokens, for
+ * chat; max_output_tokens for Responses; max_tokens for completions) in
+ * *n, 0 when absent or null.  NULL, or the 400 message: a present limit
+ * must be an integer in 1..MAX_TOKENS.
+ */
+static const char *
+max_field(const json_t *root, int kind, uint64_t *n)
+{
+	static const char *const chat[] = { "max_completion_tokens",
+	    "max_tokens", NULL };
+	static const char *const resp[] = { "max_output_tokens", NULL };
+	static const char *const text[] = { "max_tokens", NULL };
+	static char msg[96];
+	const char *const *name = kind == K_CHAT ? chat : kind == K_RESP ?
+	    resp : text;
+	json_t *v;
+
+	*n = 0;
+	for (; *name != NULL; name++) {
+		v = json_object_get(root, *name);
+		if (v == NULL || json_is_null(v))
+			continue;
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > MAX_TOKENS) {
+			snprintf(msg, sizeof(msg), "%s: expected an integer "
+			    "in 1..%d", *name, MAX_TOKENS);
+			return msg;
+		}
+		if (*n == 0)
+			*n = (uint64_t)json_integer_value(v);
+	}
+	return NULL;
+}
+
 /* Output length: x-output-tokens, else min(max tokens, --tokens); an
  * embedding is one step.  -1 after answering 400. */
 static int
 output_length(mreq *r, struct evhttp_request *req, const json_t *root)
 {
-	json_t *v;
+	const char *bad;
 	uint64_t hv;
 
 	r->output = r->m->o->tokens;
@@ -1072,25 +1164,25 @@ output_length(mreq *r, struct evhttp_request *req, const json_t *root)
 		r->output = 1;
 		return 0;
 	}
-	v = json_object_get(root, r->kind == K_CHAT ? "max_completion_tokens" :
-	    r->kind == K_RESP ? "max_output_tokens" : "max_tokens");
-	if (!json_is_integer(v) && r->kind == K_CHAT)
-		v = json_object_get(root, "max_tokens");
-	if (json_is_integer(v) && json_integer_value(v) >= 1 &&
-	    (uint64_t)json_integer_value(v) < r->output) {
-		r->output = (uint64_t)json_integer_value(v);
+	if ((bad = max_field(root, r->kind, &hv)) != NULL) {
+		send_error(req, 400, "Bad Request", "invalid_request_error",
+		    NULL, bad);
+		return -1;
+	}
+	if (hv != 0 && hv < r->output) {
+		r->output = hv;
 		r->limited = true;
 	}
-	switch (header_u64(req, "x-output-tokens", &hv)) {
+	switch (header_u64(req, "x-output-tokens", MAX_TOKENS, &hv)) {
 	case 0:
 		if (hv >= 1) {
-			r->output = hv > 1000000 ? 1000000 : hv;
+			r->output = hv;
 			r->limited = false;
 		}
 		return 0;
 	case -2:
 		send_error(req, 400, "Bad Request", "invalid_request_error",
-		    NULL, "x-output-tokens: expected an unsigned integer");
+		    NULL, "x-output-tokens: expected an integer in 0..1000000");
 		return -1;
 	}
 	return 0;
@@ -1171,13 +1263,13 @@ handle_completion(mock *m, struct evhttp_request *req, int kind)
 		goto fail;
 	}
 	/* Input length: x-input-tokens, else ~4 bytes per token. */
-	switch (header_u64(req, "x-input-tokens", &hv)) {
+	switch (header_u64(req, "x-input-tokens", MAX_TOKENS, &hv)) {
 	case 0:
 		r->input = hv;
 		break;
 	case -2:
 		bad_request(req,
-		    "x-input-tokens: expected an unsigned integer");
+		    "x-input-tokens: expected an integer in 0..1000000");
 		goto fail;
 	default:
 		r->input = (bytes + 3) / 4 + ids;
@@ -1500,6 +1592,173 @@ handle_seen(mock *m, struct evhttp_request *req, bool reset)
 	send_json(req, 200, "OK", seen_json(m));
 }
 
+/* --- connection deadlines ------------------------------------------------------ */
+
+static void
+conn_phase(mconn *c, int phase)
+{
+	c->phase = phase;
+	c->linelen = 0;
+	c->any = false;
+	c->deadline = now_ms(c->m) + (double)(phase == CP_HEAD ?
+	    c->m->o->header_timeout_ms : c->m->o->body_timeout_ms);
+}
+
+/* Forget c: drop our reference to its bufferevent (evhttp freed it). */
+static void
+conn_drop(mconn *c)
+{
+	mock *m = c->m;
+
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		m->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->cbe);
+	bufferevent_decref(c->bev);
+	free(c);
+}
+
+/* Track the end of the headers in bytes just received. */
+static void
+conn_scan(mconn *c, const char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n && c->phase == CP_HEAD; i++) {
+		if (p[i] == '\n') {
+			if (c->linelen == 0 && c->any)
+				conn_phase(c, CP_BODY);
+			else
+				c->linelen = 0;
+		} else if (p[i] != '\r') {
+			c->linelen++;
+			c->any = true;
+		}
+	}
+}
+
+static void
+conn_input(struct evbuffer *b, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	mconn *c = arg;
+	struct evbuffer_iovec v[8];
+	struct evbuffer_ptr at;
+	size_t len = evbuffer_get_length(b), left = info->n_added;
+	int i, n;
+
+	if (info->n_added == 0 || left > len)
+		return;
+	if (c->phase == CP_IDLE)
+		conn_phase(c, CP_HEAD);
+	if (c->phase != CP_HEAD ||
+	    evbuffer_ptr_set(b, &at, len - left, EVBUFFER_PTR_SET) != 0)
+		return;
+	n = evbuffer_peek(b, (ev_ssize_t)left, &at, v, 8);
+	for (i = 0; i < n && i < 8 && left > 0; i++) {
+		size_t k = v[i].iov_len < left ? v[i].iov_len : left;
+
+		conn_scan(c, v[i].iov_base, k);
+		left -= k;
+	}
+}
+
+/*
+ * Every SWEEP_MS: forget connections evhttp has freed (their callbacks are
+ * cleared), and answer 408 and close those whose request is late.
+ */
+static void
+on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+	static const char resp[] = "HTTP/1.1 408 Request Timeout\r\n"
+	    "Connection: close\r\nContent-Length: 0\r\n\r\n";
+	mock *m = arg;
+	double now = now_ms(m);
+	mconn *c, *next;
+	bufferevent_event_cb ecb;
+	evutil_socket_t s;
+
+	(void)fd;
+	(void)what;
+	for (c = m->conns; c != NULL; c = next) {
+		next = c->next;
+		ecb = NULL;
+		bufferevent_getcb(c->bev, NULL, NULL, &ecb, NULL);
+		if (ecb == NULL) {
+			conn_drop(c);
+			continue;
+		}
+		if ((c->phase != CP_HEAD && c->phase != CP_BODY) ||
+		    c->closed || now < c->deadline ||
+		    (s = bufferevent_getfd(c->bev)) < 0)
+			continue;
+		/* nothing of an answer was written: the 408 goes alone;
+		 * evhttp then reads the end of the stream and frees it */
+		(void)send(s, resp, sizeof(resp) - 1,
+		    MSG_NOSIGNAL | MSG_DONTWAIT);
+		shutdown(s, SHUT_RDWR);
+		c->closed = true;
+	}
+}
+
+/* evhttp's bufferevent for a new connection, tracked (one reference). */
+static struct bufferevent *
+conn_bev(struct event_base *base, void *arg)
+{
+	mock *m = arg;
+	mconn *c;
+
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	if ((c->bev = bufferevent_socket_new(base, -1,
+	    BEV_OPT_CLOSE_ON_FREE)) == NULL ||
+	    (c->cbe = evbuffer_add_cb(bufferevent_get_input(c->bev),
+	    conn_input, c)) == NULL) {
+		if (c->bev != NULL)
+			bufferevent_free(c->bev);
+		free(c);
+		return NULL;
+	}
+	bufferevent_incref(c->bev);
+	c->m = m;
+	conn_phase(c, CP_HEAD);
+	c->next = m->conns;
+	if (m->conns != NULL)
+		m->conns->prev = c;
+	m->conns = c;
+	return c->bev;
+}
+
+static void
+on_reply_done(struct evhttp_request *req, void *arg)
+{
+	mconn *c = arg;
+
+	(void)req;
+	c->phase = CP_IDLE;	/* the next byte starts the next deadline */
+}
+
+/* A whole request arrived: no deadline while it is served. */
+static void
+conn_request(mock *m, struct evhttp_request *req)
+{
+	struct evhttp_connection *conn = evhttp_request_get_connection(req);
+	struct bufferevent *bev = conn != NULL ?
+	    evhttp_connection_get_bufferevent(conn) : NULL;
+	mconn *c;
+
+	for (c = m->conns; c != NULL && bev != NULL; c = c->next)
+		if (c->bev == bev) {
+			c->phase = CP_SERVE;
+			evhttp_request_set_on_complete_cb(req, on_reply_done,
+			    c);
+			return;
+		}
+}
+
 static void
 route(struct evhttp_request *req, void *arg)
 {
@@ -1510,6 +1769,7 @@ route(struct evhttp_request *req, void *arg)
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
 
+	conn_request(m, req);
 	if (n >= sizeof(path)) {
 		send_error(req, 404, "Not Found", "invalid_request_error",
 		    NULL, "no such endpoint");
@@ -1645,7 +1905,9 @@ mock_serve(const mock_opts *o)
 	    (m.http = evhttp_new(m.base)) == NULL ||
 	    (m.etimer = evtimer_new(m.base, on_etimer, &m)) == NULL ||
 	    (sterm = evsignal_new(m.base, SIGTERM, on_signal, &m)) == NULL ||
-	    (sint = evsignal_new(m.base, SIGINT, on_signal, &m)) == NULL) {
+	    (sint = evsignal_new(m.base, SIGINT, on_signal, &m)) == NULL ||
+	    (m.sweep = event_new(m.base, -1, EV_PERSIST, on_sweep,
+	    &m)) == NULL) {
 		fprintf(stderr, "sg-mockengine: cannot set up the event loop\n");
 		rc = EX_OSERR;
 		goto out;
@@ -1656,6 +1918,12 @@ mock_serve(const mock_opts *o)
 	evhttp_set_allowed_methods(m.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_HEAD);
 	evhttp_set_gencb(m.http, route, &m);
+	evhttp_set_bevcb(m.http, conn_bev, &m);
+	{
+		struct timeval sw = { 0, SWEEP_MS * 1000 };
+
+		event_add(m.sweep, &sw);
+	}
 	bound = evhttp_bind_socket_with_handle(m.http, o->listen, o->port);
 	if (bound == NULL) {
 		fprintf(stderr, "sg-mockengine: cannot listen on '%s' port %u\n",
@@ -1702,6 +1970,10 @@ out:
 		m.live->conn = NULL;
 		mreq_free(m.live);
 	}
+	while (m.conns != NULL)
+		conn_drop(m.conns);
+	if (m.sweep != NULL)
+		event_free(m.sweep);
 	if (sterm != NULL)
 		event_free(sterm);
 	if (sint != NULL)
