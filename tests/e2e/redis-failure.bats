@@ -45,16 +45,24 @@ hinted() {
 }
 
 @test "Redis stopped (kill -STOP): lookups end at the lookup timeout and route as new; continued: hits again" {
-	local i t0 e0
+	local i t0 e0 b
 	creq "$B"
 	[ "$STATUS" = 200 ]
 	rlc_wait "$RURL" "$KEY" B
 	hinted
+	# Six more sessions, stored and committed before the stop: each is
+	# asked once while Redis is stopped (a session's own write that is
+	# still in flight would answer its next lookup in the gateway itself)
+	for i in 1 2 3 4 5 6; do
+		b=$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-stop-$i\"}")
+		creq "$b"
+		rlc_wait "$RURL" "$(lc_key "$b")" B
+	done
 	kill -STOP "$RPID_one"
 	t0=$(lk timeout)
 	e0=$(lk error)
 	for i in 1 2 3 4 5 6; do
-		creq "$B"
+		creq "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-stop-$i\"}")"
 		[ "$STATUS" = 200 ] || { show; return 1; }
 		rlacks -1 "$HINT"
 	done
