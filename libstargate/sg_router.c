@@ -14,7 +14,8 @@
  *
  * Caches never change a decision, only its cost: the consistent-hash rings
  * (one per (routing key, model, snapshot ids version, virtual nodes),
- * within a byte budget, sg_waw.c, sg_router_set_ring_cache_bytes), the
+ * within a byte budget, sg_waw.c, sg_router_set_ring_cache_bytes, with a
+ * memo of recent affinity groups in front), the
  * pulsar ranking cache (sg_rcache.c, on by default, sg_router_set_cache)
  * and the last 8 resolutions of (model, no x-routing-method) to a
  * definition (the configuration is immutable, so the memo holds for the

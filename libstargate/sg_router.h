@@ -50,8 +50,11 @@ int	sg_router_set_cache(sg_router *rt, bool enabled);
  * while the budget has room; once it is full, when needed a second time
  * within the last few thousand misses, and the CLOCK hand evicts rings not
  * used since it last passed.  A ring the cache does not hold costs one pass over
- * its virtual-node hashes (nothing is sorted).  Decisions are the same at
- * every budget; 0 keeps no ring and frees the cache.  The default,
+ * its virtual-node hashes (nothing is sorted).  While the budget is not
+ * 0 the router also keeps the affinity groups of the last few thousand
+ * (ring, key) pairs (256 KiB, outside the budget), so a returning key
+ * reads no ring at all.  Decisions are the same at every budget; 0 keeps
+ * no ring and frees the cache.  The default,
  * SG_ROUTER_RING_CACHE_DEFAULT (128 MiB), holds 300 (routing key, model)
  * pairs at 256 candidates and 150 virtual nodes (about 70 MiB) or 2 000 at
  * 64.  SG_EINVAL for a NULL router.

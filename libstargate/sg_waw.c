@@ -34,7 +34,11 @@
  * one decision: the group is found in one pass over the n * V entry hashes
  * by the rotated-distance rule (an entry's position in the walk from the
  * key is (hash - key_hash) mod 2^64), which gives the same group; see
- * group_onepass() and ring_walk() for why each is exact.
+ * group_onepass() and ring_walk() for why each is exact.  In front of
+ * both, a group memo (struct gmemo, 256 KiB, allocated with the ring
+ * cache and only while its budget is not 0) answers a returning (ring
+ * identity, key hash) pair in one probe, so tenants whose rings together
+ * exceed the CPU caches cost what one tenant does.
  *
  * Nothing here allocates except --explain's JSON, sgi_scratch_reserve and
  * a ring the cache builds (the second miss of its identity).
@@ -846,6 +850,29 @@ group_onepass(struct waw *w, const sgi_hashbuf *prefix, uint64_t kh,
 #define RING_GHOST	4096	/* recent misses remembered (power of 2) */
 #define RING_DIR_SHIFT	3	/* about 2^3 entries per directory range */
 #define RING_DIR_MAX	20
+#define GMEMO_SETS	2048	/* group memo: 2-way sets (power of 2) */
+#define GMEMO_MAX	16	/* longest group memoised */
+
+/*
+ * The group memo: the affinity group of a (ring identity, key hash) pair,
+ * 64 bytes an entry, 2 ways a set, the most recent in way 0.  A group is a
+ * pure function of the ring identity (ids version, prefix fingerprint, V,
+ * n) and the key hash, so an entry that matches all of them is the group
+ * the ring walk or the one pass would find: a returning key costs one
+ * probe into 256 KiB instead of the ring's memory, which is what keeps
+ * many tenants (each with its own ring, together larger than the caches)
+ * as cheap as one.
+ */
+struct gmemo {
+	uint64_t	 kh;
+	uint64_t	 ids;
+	uint64_t	 pfx;
+	uint32_t	 V;
+	uint16_t	 n;
+	uint16_t	 m;		/* 0: empty */
+	uint16_t	 g[GMEMO_MAX];
+};
+_Static_assert(sizeof(struct gmemo) == 64, "one cache line per entry");
 
 struct ring {
 	uint64_t	 ids, pfx, V, fp;
@@ -868,6 +895,7 @@ struct sgi_rings {
 	size_t		 bytes;
 	uint64_t	 ghost[RING_GHOST];
 	struct sgi_ring_stats st;
+	struct gmemo	*memo;		/* GMEMO_SETS * 2, or NULL */
 };
 
 static unsigned
@@ -970,6 +998,7 @@ sgi_rings_trim(sgi_scratch *s)
 	if (s->ring_budget == 0) {
 		free(R->slot);
 		free(R->bucket);
+		free(R->memo);
 		free(R);
 		s->rings = NULL;
 	}
@@ -998,6 +1027,7 @@ rings_free(sgi_rings *R)
 		free(R->slot[i].hi);
 	free(R->slot);
 	free(R->bucket);
+	free(R->memo);
 	free(R);
 }
 
@@ -1209,6 +1239,67 @@ ring_walk(sgi_scratch *s, const struct ring *r, uint64_t kh, size_t m,
 	return got;
 }
 
+static struct gmemo *
+gmemo_set(sgi_rings *R, uint64_t fp, uint64_t kh)
+{
+	uint64_t x = (kh ^ (fp * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL;
+
+	return &R->memo[2 * (size_t)((x >> 40) & (GMEMO_SETS - 1))];
+}
+
+static bool
+gmemo_match(const struct gmemo *e, uint64_t kh, uint64_t ids, uint64_t pfx,
+    uint64_t V, size_t n, size_t m)
+{
+	return e->m == m && e->kh == kh && e->ids == ids && e->pfx == pfx &&
+	    e->V == V && e->n == n;
+}
+
+/* The memoised group into group[0..m), or false. */
+static bool
+gmemo_get(sgi_rings *R, uint64_t fp, uint64_t kh, uint64_t ids, uint64_t pfx,
+    uint64_t V, size_t n, size_t m, size_t *group)
+{
+	const struct gmemo *e;
+	size_t i, w;
+
+	if (R->memo == NULL)
+		return false;
+	e = gmemo_set(R, fp, kh);
+	for (w = 0; w < 2; w++, e++)
+		if (gmemo_match(e, kh, ids, pfx, V, n, m)) {
+			for (i = 0; i < m; i++)
+				group[i] = e->g[i];
+			return true;
+		}
+	return false;
+}
+
+/* Remember group[0..m) (way 0; the previous way 0 moves to way 1). */
+static void
+gmemo_put(sgi_rings *R, uint64_t fp, uint64_t kh, uint64_t ids, uint64_t pfx,
+    uint64_t V, size_t n, size_t m, const size_t *group)
+{
+	struct gmemo *e;
+	size_t i;
+
+	if (m == 0 || m > GMEMO_MAX || n > UINT16_MAX || V > UINT32_MAX)
+		return;
+	if (R->memo == NULL && (R->memo = calloc(2 * GMEMO_SETS,
+	    sizeof(*R->memo))) == NULL)
+		return;
+	e = gmemo_set(R, fp, kh);
+	e[1] = e[0];
+	e->kh = kh;
+	e->ids = ids;
+	e->pfx = pfx;
+	e->V = (uint32_t)V;
+	e->n = (uint16_t)n;
+	e->m = (uint16_t)m;
+	for (i = 0; i < m; i++)
+		e->g[i] = (uint16_t)group[i];
+}
+
 /*
  * Fill group[] with the affinity group for the request's key: min(K, n)
  * distinct candidates in ring-walk order.  Exclusions are not applied.
@@ -1235,8 +1326,7 @@ affinity_group(struct waw *w, size_t *group)
 	if (s->reference && (got = group_reference(w, &prefix, kh, V, m,
 	    group)) == m)
 		return got;
-	if (s->reference || s->ring_budget == 0 ||
-	    sgi_ring_bytes(n, V) > s->ring_budget)
+	if (s->reference || s->ring_budget == 0)
 		goto onepass;
 	if ((R = s->rings) == NULL) {
 		if ((R = calloc(1, sizeof(*R))) == NULL)
@@ -1247,6 +1337,16 @@ affinity_group(struct waw *w, size_t *group)
 	ids = sg_snapshot_ids_version(x->snap);
 	pfx = sgi_hb_xxh3(&prefix);
 	fp = ring_fp(ids, pfx, V, n);
+	if (gmemo_get(R, fp, kh, ids, pfx, V, n, m, group)) {
+		R->st.hits++;		/* counted as the ring's hit */
+		return m;
+	}
+	if (sgi_ring_bytes(n, V) > s->ring_budget) {
+		sgi_hb_prepare(&prefix);	/* n * V hashes */
+		got = group_onepass(w, &prefix, kh, V, m, group);
+		gmemo_put(R, fp, kh, ids, pfx, V, n, got, group);
+		return got;
+	}
 	if ((r = rings_find(R, fp, ids, pfx, V, n)) != NULL) {
 		R->st.hits++;
 		r->ref = true;
@@ -1256,15 +1356,22 @@ affinity_group(struct waw *w, size_t *group)
 		R->ghost[fp & (RING_GHOST - 1)] = fp;
 		if (g != fp && R->bytes + sgi_ring_bytes(n, V) >
 		    s->ring_budget)
-			goto onepass;	/* full, first miss: no ring yet */
+			goto remember;	/* full, first miss: no ring yet */
 		sgi_hb_prepare(&prefix);
 		r = ring_build(w, &prefix, fp, ids, pfx, V);
 		if (r == NULL)
-			return group_onepass(w, &prefix, kh, V, m, group);
+			goto remember;
 	}
-	if ((got = ring_walk(s, r, kh, m, group, s->ring_coarse)) == m)
+	if ((got = ring_walk(s, r, kh, m, group, s->ring_coarse)) == m) {
+		gmemo_put(R, fp, kh, ids, pfx, V, n, got, group);
 		return got;
+	}
 	s->st_ambiguous++;
+remember:
+	sgi_hb_prepare(&prefix);	/* n * V hashes (idempotent) */
+	got = group_onepass(w, &prefix, kh, V, m, group);
+	gmemo_put(R, fp, kh, ids, pfx, V, n, got, group);
+	return got;
 onepass:
 	sgi_hb_prepare(&prefix);	/* n * V hashes */
 	return group_onepass(w, &prefix, kh, V, m, group);

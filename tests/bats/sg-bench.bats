@@ -47,7 +47,9 @@ teardown() {
 	    waw-session-new waw-session-returning pwaw-session-new \
 	    pwaw-session-returning waw-returning-vs-off pwaw-returning-vs-off \
 	    waw-new-vs-off pwaw-new-vs-off waw-new-samepath-vs-off \
-	    pwaw-new-samepath-vs-off waw-many-tenants waw-uncached-ring; do
+	    pwaw-new-samepath-vs-off waw-returning-samepath-vs-off \
+	    pwaw-returning-samepath-vs-off waw-many-tenants \
+	    waw-many-tenants-cold-keys waw-uncached-ring; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done

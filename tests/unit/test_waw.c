@@ -472,6 +472,22 @@ test_ring_paths_agree_on_random_inputs(void **state)
  * budget of 0 frees it; a ring is built on its first miss while there is
  * room, on its identity's second miss once the budget is full.
  */
+/*
+ * A decision with a key not seen before: the group memo cannot answer, so
+ * the ring cache itself is exercised (rings depend on the routing key and
+ * model, not on the cache key).
+ */
+static sg_decision
+decide_new_key(sg_router *rt, const sg_snapshot *s, sg_request *r)
+{
+	static char key[32];
+	static unsigned seq;
+
+	snprintf(key, sizeof(key), "k-%u", seq++);
+	r->cache_affinity_key = key;
+	return fx_decide(rt, s, r, 0);
+}
+
 static void
 test_ring_cache_budget_and_eviction(void **state)
 {
@@ -493,11 +509,11 @@ test_ring_cache_budget_and_eviction(void **state)
 	fx_req(&r, "r", "k", 10);
 	r.model = "m";
 	r.routing_key = "a";
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.builds, 1);		/* room: built at once */
 	assert_int_equal(st.onepass, 0);
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.builds, 1);
 	assert_int_equal(st.hits, 1);
@@ -506,11 +522,11 @@ test_ring_cache_budget_and_eviction(void **state)
 	/* full: a new identity's first miss takes one pass, its second builds */
 	assert_int_equal(sg_router_set_ring_cache_bytes(rt, one), 0);
 	r.routing_key = "b";
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.builds, 1);
 	assert_int_equal(st.onepass, 1);
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.builds, 2);
 	assert_int_equal(st.evictions, 1);
@@ -520,14 +536,14 @@ test_ring_cache_budget_and_eviction(void **state)
 	assert_int_equal(sg_router_set_ring_cache_bytes(rt, 2 * one), 0);
 	for (i = 0; i < 40; i++) {
 		r.routing_key = i % 2 == 0 ? "a" : rks[1 + i / 2 % 3];
-		(void)fx_decide(rt, s, &r, 0);
+		(void)decide_new_key(rt, s, &r);
 		sgi_rings_stats(sc, &st);
 		assert_true(st.bytes <= 2 * one && st.rings <= 2);
 	}
 	assert_true(st.evictions > 5);
 	r.routing_key = "a";
 	i = (size_t)st.hits;
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.hits, i + 1);	/* "a" was kept */
 	/* shrinking evicts, 0 frees everything */
@@ -536,16 +552,71 @@ test_ring_cache_budget_and_eviction(void **state)
 	assert_true(st.rings <= 1 && st.bytes <= one);
 	assert_int_equal(sg_router_set_ring_cache_bytes(rt, 0), 0);
 	assert_null(sc->rings);
-	(void)fx_decide(rt, s, &r, 0);
+	(void)decide_new_key(rt, s, &r);
 	assert_null(sc->rings);
 	/* a ring larger than the budget is never built */
 	assert_int_equal(sg_router_set_ring_cache_bytes(rt, one - 1), 0);
 	for (i = 0; i < 4; i++)
-		(void)fx_decide(rt, s, &r, 0);
+		(void)decide_new_key(rt, s, &r);
 	sgi_rings_stats(sc, &st);
 	assert_int_equal(st.builds, 0);
 	sg_snapshot_free(s);
 	sg_router_free(rt);
+	sg_lbconf_free(conf);
+}
+
+/*
+ * Many tenants: a returning key's group comes from the group memo (a
+ * ring hit, no build, no pass), equal to the reference path's group, for
+ * every tenant; after the candidates change the memo never answers with
+ * the old ring's group.
+ */
+static void
+test_group_memo_answers_returning_keys_exactly(void **state)
+{
+	sg_lbconf *conf = fx_conf("{\"models\":{\"m\":{\"algorithm\":"
+	    "\"wait-and-widen\",\"cache_affinity_backend_selection_count\":3,"
+	    "\"cache_affinity_virtual_nodes\":40}}}");
+	sg_router *rt = fx_router(conf, 3), *ref = fx_router(conf, 3);
+	sg_snapshot *s = fx_snapshot(30);
+	struct sgi_ring_stats a, b;
+	static const char *const rks[] = { "t0", "t1", "t2", "t3", "t4" };
+	char key[32];
+	sg_request r;
+	sg_decision d, e;
+	size_t i, round;
+
+	(void)state;
+	sgi_router_scratch(ref)->reference = true;
+	for (round = 0; round < 3; round++) {
+		for (i = 0; i < 200; i++) {
+			fx_req(&r, "r", key, 10);
+			snprintf(key, sizeof(key), "s-%zu", i % 40);
+			r.model = "m";
+			r.routing_key = rks[i % 5];
+			sgi_rings_stats(sgi_router_scratch(rt), &a);
+			d = fx_decide(rt, s, &r, 0);
+			sgi_rings_stats(sgi_router_scratch(rt), &b);
+			fx_req(&r, "r", key, 10);
+			r.model = "m";
+			r.routing_key = rks[i % 5];
+			e = fx_decide(ref, s, &r, 0);
+			assert_int_equal(d.kind, e.kind);
+			assert_int_equal(d.index, e.index);
+			assert_int_equal(d.rank_depth, e.rank_depth);
+			if (i >= 80) {	/* every (tenant, key) seen before */
+				assert_int_equal(b.hits, a.hits + 1);
+				assert_int_equal(b.builds, a.builds);
+				assert_int_equal(b.onepass, a.onepass);
+			}
+		}
+		/* other ids: the memo must not answer with old groups */
+		sg_snapshot_free(s);
+		s = fx_snapshot(30 - 7 * (round + 1));
+	}
+	sg_snapshot_free(s);
+	sg_router_free(rt);
+	sg_router_free(ref);
 	sg_lbconf_free(conf);
 }
 
@@ -1052,6 +1123,7 @@ main(void)
 		cmocka_unit_test(test_huge_ring_gives_the_same_group),
 		cmocka_unit_test(test_ring_paths_agree_on_random_inputs),
 		cmocka_unit_test(test_ring_cache_budget_and_eviction),
+		cmocka_unit_test(test_group_memo_answers_returning_keys_exactly),
 		cmocka_unit_test(test_ring_cache_follows_candidate_changes),
 		cmocka_unit_test(test_ring_cache_follows_in_place_changes),
 		cmocka_unit_test(test_bucket_budget_is_consumed_per_bucket),

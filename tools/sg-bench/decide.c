@@ -61,7 +61,9 @@
  * over the n * V virtual-node hashes; its floor is that hashing alone
  * (prefix, key hash, sgi_ring_entry_hashes over every cluster), so its
  * ratio is the cost of an uncached ring against hashing its virtual nodes
- * once (target <= 2).
+ * once (target <= 2).  The router answers a returning key from its group
+ * memo, so the plain rows never read a ring; waw-many-tenants-cold-keys
+ * rotates over 2^20 keys, so every decision reads its tenant's ring.
  *
  * Scenarios are a table: adding a row (e.g. another session case) is one
  * line in `scenarios[]`.
@@ -262,6 +264,8 @@ static const struct scenario scenarios[] = {
 	 */
 	{ "waw-many-tenants", WAW_K2_V150, FL_SINGLE, HINT_NONE, false, 0,
 	    true, false, NULL, false },
+	{ "waw-many-tenants-cold-keys", WAW_K2_V150, FL_SINGLE, HINT_NONE,
+	    false, COLD_KEYS, true, false, NULL, false },
 	{ "waw-uncached-ring", WAW_K2_V150, FL_VNODES, HINT_NONE, false, 0,
 	    false, true, NULL, false },
 };
@@ -379,6 +383,10 @@ struct world {
 	uint16_t	*frank;		/* n candidate indices per slot */
 	uint64_t	*fw;		/* the weights' bits the table holds */
 	size_t		 nfslot;	/* a power of two */
+	/* FL_WAW: each key's group by its key hash (a memo hit's table) */
+	uint64_t	*gkh;
+	uint16_t	(*gg)[2];
+	size_t		 ngslot;	/* a power of two */
 };
 
 #define FPFX_MAX	320		/* prefix bytes the table holds */
@@ -544,6 +552,8 @@ world_free(struct world *w)
 	free(w->order2);
 	free(w->score);
 	free(w->sel);
+	free(w->gkh);
+	free(w->gg);
 	free(w->ftag);
 	free(w->fpfx);
 	free(w->fplen);
@@ -637,6 +647,58 @@ floor_ring(struct world *w, const sg_request *r, size_t *group, size_t K)
 	}
 	i = got;
 	return i;
+}
+
+/* Each key's group (from the prebuilt ring) at the slot of its hash. */
+static int
+build_gtable(struct world *w)
+{
+	sgi_hashbuf prefix;
+	size_t j, group[8], slot;
+	uint64_t h;
+
+	for (w->ngslot = 64; w->ngslot < 4 * w->nkeys; w->ngslot *= 2)
+		;
+	w->gkh = calloc(w->ngslot, sizeof *w->gkh);
+	w->gg = calloc(w->ngslot, sizeof *w->gg);
+	if (w->gkh == NULL || w->gg == NULL)
+		return -1;
+	for (j = 0; j < w->nkeys; j++) {
+		sg_request *r = req_for(w, j);
+
+		sgi_ring_prefix(&prefix, w->def, r);
+		h = sgi_ring_key_hash(&prefix, r->cache_affinity_key,
+		    strlen(r->cache_affinity_key));
+		slot = (size_t)(h >> 20) & (w->ngslot - 1);
+		(void)floor_ring(w, r, group, 2);
+		w->gkh[slot] = h;
+		w->gg[slot][0] = (uint16_t)group[0];
+		w->gg[slot][1] = (uint16_t)group[1];
+	}
+	return 0;
+}
+
+/*
+ * A group-memo hit: the ring prefix and its fingerprint (one XXH3), the
+ * key hash, one probe (the key hash compared), the group copied.
+ */
+static size_t
+floor_group(struct world *w, const sg_request *r, size_t *group)
+{
+	sgi_hashbuf prefix;
+	uint64_t h;
+	size_t slot;
+
+	sgi_ring_prefix(&prefix, w->def, r);
+	h = sgi_ring_key_hash(&prefix, r->cache_affinity_key,
+	    strlen(r->cache_affinity_key));
+	sink += (size_t)sgi_hb_xxh3(&prefix);
+	slot = (size_t)(h >> 20) & (w->ngslot - 1);
+	if (w->gkh[slot] != h)
+		sink++;		/* a table collision: same work */
+	group[0] = w->gg[slot][0];
+	group[1] = w->n > 1 ? w->gg[slot][1] : w->gg[slot][0];
+	return w->n > 1 ? 2 : 1;
 }
 
 /*
@@ -994,7 +1056,7 @@ floor_once(struct world *w, const struct scenario *sc, sg_request *r)
 		 * over every candidate.
 		 */
 		sgi_rng_seed(&g, 42, w->def, r);
-		nr = floor_ring(w, r, group, 2);
+		nr = floor_group(w, r, group);
 		best = floor_core(w, r, group, nr, &g);
 		if (best == SIZE_MAX) {
 			for (i = 0; i < w->n; i++)
@@ -1228,7 +1290,8 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 
 	if (world_init(&w, sc, n, nkeys) != 0)
 		goto out;
-	if ((sc->floor == FL_WAW) && build_ring(&w) != 0)
+	if ((sc->floor == FL_WAW) && (build_ring(&w) != 0 ||
+	    build_gtable(&w) != 0))
 		goto out;
 	if ((sc->floor == FL_PULSAR_HIT || sc->floor == FL_PWAW_HIT) &&
 	    build_ftable(&w) != 0)
