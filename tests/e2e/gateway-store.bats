@@ -205,3 +205,31 @@ errors_keep_answers() {
 	wait_for 30 0.1 bash -c "[ \"\$(curl -s $GW_URL/metrics | awk '/^llm_api_gateway_last_cluster_writes_total\\{.*result=\"error\"/ { s += \$NF } END { print s + 0 }')\" -ge 1 ]"
 	grep -q 'level=warn' "$T/proxy-err.err"
 }
+
+@test "the store holds at most --last-cluster-max-entries entries and evicts the least recently written first" {
+	local i keys=()
+	start_gateway --last-cluster true --last-cluster-store "$STORE" \
+	    --last-cluster-max-entries 3
+	for i in 1 2 3 4 5; do
+		keys+=("$(lc_key "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-cap-$i\"}")")")
+		creq "$(cbody acme/dummy-model "{\"prompt_cache_key\": \"pck-cap-$i\"}")"
+		[ "$STATUS" = 200 ]
+		lc_wait "${keys[$((i - 1))]}" B
+		# session 1 is written again after session 3: most recent then
+		if [ "$i" = 3 ]; then
+			rscript '[{"cluster_id": "C"}]'
+			creq "$(cbody acme/dummy-model '{"prompt_cache_key": "pck-cap-1"}')"
+			lc_wait "${keys[0]}" C
+		fi
+	done
+	[ "$("$BIN/sg-lastcluster" -d "$STORE" stats | jq .entries)" = 3 ]
+	# 2 and 3 were the least recently written when 4 and 5 came
+	[ -z "$(lc_get "${keys[1]}")" ]
+	[ -z "$(lc_get "${keys[2]}")" ]
+	[ "$(lc_get "${keys[0]}")" = C ]
+	[ "$(lc_get "${keys[3]}")" = B ]
+	[ "$(lc_get "${keys[4]}")" = B ]
+	# and an evicted session is a miss at the gateway
+	creq "$(cbody acme/dummy-model '{"prompt_cache_key": "pck-cap-2"}')"
+	rlacks -1 x-stargate-last-cluster-id
+}
