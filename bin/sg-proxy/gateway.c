@@ -371,7 +371,13 @@ gateway_idle(proxy *p)
 static void
 copy_label(char *dst, size_t cap, const char *s)
 {
-	snprintf(dst, cap, "%s", s != NULL ? s : "");
+	size_t n = s != NULL ? strlen(s) : 0;
+
+	if (n >= cap)
+		n = cap - 1;
+	if (n > 0)
+		memcpy(dst, s, n);
+	dst[n] = '\0';
 }
 
 /* Queue the batch to the store, in order. */
@@ -575,11 +581,10 @@ gateway_reply_headers(preq *q)
 
 	if (q->req == NULL || !q->gw.on)
 		return;
+	/* the upstream's own are never copied (gateway_response_passes) */
 	out = evhttp_request_get_output_headers(q->req);
-	evhttp_remove_header(out, "x-request-id");
 	if (q->gw.rid[0] != '\0')
 		evhttp_add_header(out, "x-request-id", q->gw.rid);
-	evhttp_remove_header(out, "x-multi-turn-session-id");
 	if (q->gw.id.session_id != NULL)
 		evhttp_add_header(out, "x-multi-turn-session-id",
 		    q->gw.id.session_id);
