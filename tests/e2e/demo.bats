@@ -105,4 +105,6 @@ live() {
 	[ -d "$d" ]
 	# engines and proxies name files under $O/demo on their command line
 	! pgrep -f -- "$d/" >/dev/null
+	# and none of them reported a sanitizer error
+	! grep -lE 'AddressSanitizer|LeakSanitizer|runtime error:' "$d"/*.log
 }

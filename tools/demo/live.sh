@@ -147,7 +147,8 @@ live_run() {
 	stack_proxy "$flag" 127.0.0.1:0
 	live_client_start
 	cmd "sg-proxy --role all --last-cluster $flag --last-cluster-store $STACK_DIR/store --lb-config lb-config.json ..."
-	say "  (last_cluster_affinity $flag in lb-config.json; the client's base URL is $STACK_URL/v1)"
+	printf '    (last_cluster_affinity %s in lb-config.json; the client'"'"'s base URL: %s/v1)\n' \
+	    "$flag" "$STACK_URL"
 	curl -fsS --max-time 5 -X POST -d '{"slots": 2}' \
 	    "${STACK_ENG[us-east]}/control/hold" >/dev/null
 	sleep 0.3	# the proxy polls /stats every 50 ms
@@ -202,14 +203,16 @@ turns each."
 	say "us-east was full for the first turns, so each new session overflowed \
 at once; after us-east drained, every returning turn stayed with its KV cache."
 
-	act "10. The same traffic with the flag off (STARGATE_LAST_CLUSTER_ENABLED=false)"
-	say "Fresh engines (cold caches), the same sessions and turns, the gateway's \
-last-cluster memory off: the router sees every turn as a new session."
+	act "10. The same traffic with the feature off"
+	say "Fresh engines (cold caches), the same sessions and turns, with \
+STARGATE_LAST_CLUSTER_ENABLED=false at the gateway and last_cluster_affinity \
+false in the router's lb-config: Stargate as it routed before sessions."
 	live_run false
 	stack_stop
-	say "Without the memory the second turn of every session goes back to \
-us-east, its rank-1 cluster, where nothing is cached, and pays the prefill \
-again."
+	say "Without the session rules the first turns hold up to 300 ms for the \
+full us-east before they widen, and without the memory the second turn of \
+every session goes back to us-east, its rank-1 cluster, where nothing is \
+cached, and pays the prefill again."
 
 	act "What the flag changed"
 	local on off
