@@ -39,6 +39,9 @@ SANITIZE  =
 
 DEPCFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEPS) 2>/dev/null)
 DEPLIBS   := $(shell $(PKG_CONFIG) --libs $(DEPS) 2>/dev/null) -lpthread -lm
+# The shared library links its own dependencies only (those stargate.pc
+# names), not the programs' (libcurl), whatever the linker's --as-needed.
+LIBDEPLIBS:= $(shell $(PKG_CONFIG) --libs $(PC_REQUIRES) $(PC_REQUIRES_PRIVATE) 2>/dev/null) -lpthread -lm
 TESTCFLAGS:= $(shell $(PKG_CONFIG) --cflags $(TESTDEPS) 2>/dev/null)
 TESTLIBS  := $(shell $(PKG_CONFIG) --libs $(TESTDEPS) 2>/dev/null)
 
@@ -118,7 +121,7 @@ $(O)/libstargate.a: $(LIBOBJ)
 	$(AR) rcs $@ $(LIBOBJ)
 
 $(O)/libstargate.so: $(LIBOBJ)
-	$(CC) -shared -Wl,-soname,libstargate.so.0 $(SG_LDFLAGS) -o $@ $(LIBOBJ) $(DEPLIBS)
+	$(CC) -shared -Wl,-soname,libstargate.so.0 $(SG_LDFLAGS) -o $@ $(LIBOBJ) $(LIBDEPLIBS)
 
 $(O)/stargate.pc: stargate.pc.in Makefile
 	sed $(PC_SED) stargate.pc.in > $@
