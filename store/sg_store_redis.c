@@ -206,7 +206,7 @@ sgr_get_entry(const struct redisReply *rep, const sgi_lckey *k,
 	return 0;
 }
 
-/* --- connections ---------------------------------------------------------- */
+/* --- connections --------------------------------------------------------- */
 
 static struct timeval
 ms_tv(unsigned ms)
@@ -381,7 +381,7 @@ prim_connect(struct rstore *r, sg_error *err)
 	return connect_to(&r->prim.c, &r->prim.a, &r->u, true, true, err);
 }
 
-/* --- Cluster -------------------------------------------------------------- */
+/* --- Cluster ------------------------------------------------------------- */
 
 static int
 node_find(struct rstore *r, const struct sgr_addr *a)
@@ -453,7 +453,7 @@ cluster_refresh(struct rstore *r, sg_error *err)
 			node_close(nd);
 			continue;
 		}
-		memcpy(asked, nd->a.host, sizeof(asked));	/* nodes moves */
+		memcpy(asked, nd->a.host, sizeof(asked)); /* nodes moves */
 		memset(r->slot, 0xff, sizeof(r->slot));
 		rc = sgr_parse_slots(rep, asked, slots_fn, r);
 		freeReplyObject(rep);
@@ -464,7 +464,7 @@ cluster_refresh(struct rstore *r, sg_error *err)
 	return rc;
 }
 
-/* --- commands -------------------------------------------------------------- */
+/* --- commands ------------------------------------------------------------ */
 
 /* The node for key (NULL: the primary), connected. */
 static int
@@ -647,7 +647,7 @@ rd_flush(void *be, sg_error *err)
 	return 0;	/* every write has been answered */
 }
 
-/* --- list, stats ------------------------------------------------------------ */
+/* --- list, stats --------------------------------------------------------- */
 
 struct ents {
 	sg_store_entry	*v;

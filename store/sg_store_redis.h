@@ -62,7 +62,7 @@ struct sgr_url {
 	int		kind;			/* enum sgr_kind */
 	char		user[SGR_CRED_MAX];	/* "" = none (AUTH password) */
 	char		pass[SGR_CRED_MAX];	/* "" = no AUTH */
-	struct sgr_addr	hosts[SGR_HOSTS_MAX];	/* the server, sentinels, seeds */
+	struct sgr_addr	hosts[SGR_HOSTS_MAX];	/* server, sentinels, seeds */
 	size_t		nhosts;
 	char		master[SGR_HOST_MAX];	/* Sentinel's master name */
 	int		db;			/* SELECT (not with Cluster) */

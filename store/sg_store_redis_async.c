@@ -119,7 +119,7 @@ static void node_drop(struct anode *n, bool retry);
 static void sentinel_ask(struct astore *as);
 static void map_request(struct astore *as);
 
-/* --- timers --------------------------------------------------------------- */
+/* --- timers -------------------------------------------------------------- */
 
 static struct timeval
 ms_tv(uint64_t ms)
@@ -171,7 +171,7 @@ hs_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		sentinel_ask(n->as);
 }
 
-/* --- ops ------------------------------------------------------------------ */
+/* --- ops ----------------------------------------------------------------- */
 
 static struct aop *
 op_get(struct astore *as)
@@ -311,7 +311,7 @@ op_send(struct aop *op, struct anode *n, bool asking)
 	return 0;
 }
 
-/* --- Cluster map ------------------------------------------------------------ */
+/* --- Cluster map --------------------------------------------------------- */
 
 static struct anode *
 node_new(struct astore *as, const struct sgr_addr *a, int role)
@@ -420,7 +420,7 @@ map_request(struct astore *as)
 	}
 }
 
-/* --- replies ---------------------------------------------------------------- */
+/* --- replies ------------------------------------------------------------- */
 
 static bool
 redirect(struct aop *op, const redisReply *rep)
@@ -475,7 +475,7 @@ op_cb(redisAsyncContext *ac, void *r, void *privdata)
 	op_complete(op, rep, rc, &e);
 }
 
-/* --- connections ------------------------------------------------------------ */
+/* --- connections --------------------------------------------------------- */
 
 static void
 node_up(struct anode *n, const redisReply *last)
@@ -679,7 +679,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 		map_request(as);
 }
 
-/* --- ops of the backend ---------------------------------------------------- */
+/* --- ops of the backend -------------------------------------------------- */
 
 static void
 tmo_cb(evutil_socket_t fd, short what, void *arg)

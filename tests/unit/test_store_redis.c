@@ -86,7 +86,8 @@ fx_open(struct fx *f, const char *userinfo, int db)
 static void
 key_of(char k[SG_LC_KEY_LEN + 1], const char *aff)
 {
-	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)), 0);
+	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)),
+	    0);
 }
 
 static void
@@ -135,7 +136,8 @@ test_ttl_is_px_and_the_age_rule(void **state)
 	fx_open(f, "", 0);
 	key_of(k, "conv-ttl");
 	assert_int_equal(sg_store_put(f->s, k, SG_LC_KEY_LEN, "A", 1, NULL), 0);
-	pttl = atoll(rs_str(buf, sizeof(buf), f->r.port, "PTTL %s", k));
+	pttl = strtoll(rs_str(buf, sizeof(buf), f->r.port, "PTTL %s", k), NULL,
+	    10);
 	assert_true(pttl > 59000 && pttl <= 60000);
 	/* Past the TTL by the store's clock: a miss, whatever Redis says. */
 	f->now += 60000;
@@ -147,7 +149,8 @@ test_ttl_is_px_and_the_age_rule(void **state)
 	key_of(k2, "conv-old");
 	assert_int_equal(sg_store_put_at(f->s, k2, SG_LC_KEY_LEN, "C", 1,
 	    f->now - 59000, NULL), 0);
-	pttl = atoll(rs_str(buf, sizeof(buf), f->r.port, "PTTL %s", k2));
+	pttl = strtoll(rs_str(buf, sizeof(buf), f->r.port, "PTTL %s", k2),
+	    NULL, 10);
 	assert_true(pttl > 0 && pttl <= 1000);
 	/* ... and one already expired is not stored at all. */
 	assert_int_equal(sg_store_put_at(f->s, k2, SG_LC_KEY_LEN, "C", 1,

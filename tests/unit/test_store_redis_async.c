@@ -117,7 +117,8 @@ fx_open(struct fx *f)
 static void
 key_of(char k[SG_LC_KEY_LEN + 1], const char *aff)
 {
-	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)), 0);
+	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)),
+	    0);
 }
 
 static void

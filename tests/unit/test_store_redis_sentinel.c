@@ -80,7 +80,7 @@ named_primary(int sport)
 	int port = 0;
 
 	if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
-		port = atoi(r->element[1]->str);
+		port = (int)strtol(r->element[1]->str, NULL, 10);
 	if (r != NULL)
 		freeReplyObject(r);
 	return port;
@@ -121,8 +121,8 @@ start_all(struct fx *f)
 			    n + 1 < r->elements; n += 2)
 				if (strcmp(r->element[n]->str,
 				    "num-other-sentinels") == 0)
-					ok = atoi(r->element[n + 1]->str) ==
-					    NSENT - 1;
+					ok = strtol(r->element[n + 1]->str,
+					    NULL, 10) == NSENT - 1;
 			if (r != NULL)
 				freeReplyObject(r);
 			if (ok && info_has(f->sent[i].port, "sentinel",
@@ -170,7 +170,8 @@ fail_over(struct fx *f)
 static void
 key_of(char k[SG_LC_KEY_LEN + 1], const char *aff)
 {
-	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)), 0);
+	assert_int_equal(sg_lc_key(k, "rk", 2, "model", 5, aff, strlen(aff)),
+	    0);
 }
 
 static void

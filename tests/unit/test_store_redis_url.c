@@ -19,8 +19,8 @@ test_url_single_with_user_password_and_db(void **state)
 	sg_error e;
 
 	(void)state;
-	assert_int_equal(sgr_url_parse(&u, "redis://al%40ice:p%3Aw@db.example:6380/3",
-	    &e), 0);
+	assert_int_equal(sgr_url_parse(&u,
+	    "redis://al%40ice:p%3Aw@db.example:6380/3", &e), 0);
 	assert_int_equal(u.kind, SGR_SINGLE);
 	assert_string_equal(u.user, "al@ice");
 	assert_string_equal(u.pass, "p:w");
@@ -214,7 +214,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_url_single_with_user_password_and_db),
-		cmocka_unit_test(test_url_sentinel_names_sentinels_master_and_db),
+		cmocka_unit_test(
+		    test_url_sentinel_names_sentinels_master_and_db),
 		cmocka_unit_test(test_url_cluster_seeds_and_no_db),
 		cmocka_unit_test(
 		    test_url_bad_forms_are_config_errors_without_the_password),
