@@ -303,6 +303,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (getenv("FZ_PROXY_SHOW") != NULL)	/* debugging: the status line */
 		fprintf(stderr, "answer: %.*s\n", (int)strcspn(buf, "\r\n") <
 		    (int)len ? (int)strcspn(buf, "\r\n") : (int)len, buf);
+#ifdef FZ_SKIP_KNOWN
+	/* to fuzz on past /work/fz-bugs.txt item 4 (the version echoed) */
+	if (len >= 8 && strncmp(buf, "HTTP/", 5) == 0)
+		memcpy(buf, "HTTP/1.", 7);
+#endif
 	if (len > 0) {
 		if (len < 8 || strncmp(buf, "HTTP/1.", 7) != 0)
 			fprintf(stderr, "answer: %.*s\n",

@@ -20,7 +20,8 @@
  *   [0] bits 0-2 read chunk size (1, 3, 64, 4096, 1 MiB, all),
  *       bit 3 --until-decided, bit 4 --explain, bit 5 the fast run uses
  *       the jansson writer too, bits 6-7 padding: 1 a run of 'x' about
- *       SG_MAX_RECORD bytes long (the record limit), 2 [1] * 4099 spaces
+ *       SG_MAX_RECORD bytes long (the record limit) when [1] >= 0xf0,
+ *       2 ([1] % 32) * 4099 spaces
  *   [1] padding length (mode 1: -8..+7 bytes around the limit)
  *   [2] padding position, as a fraction of the stream (/256)
  *   [3] lb-config: 0 the permissive default, else one of two fixed ones
@@ -153,10 +154,11 @@ pad(const uint8_t *c, const char *s, size_t len, size_t *outlen)
 	char *b;
 	int mode = c[0] >> 6;
 
-	if (mode == 1)
+	/* a record near the limit is slow to run: 1 input in 64 or so */
+	if (mode == 1 && c[1] >= 0xf0)
 		n = SG_MAX_RECORD - 8 + (c[1] % 16);
 	else if (mode == 2)
-		n = (size_t)c[1] * 4099;
+		n = (size_t)(c[1] % 32) * 4099;
 	else
 		return NULL;
 	at = len * c[2] / 256;
