@@ -26,6 +26,32 @@
 
 #include "sg_vllm.h"
 
+/*
+ * Counts and token figures stay inside what the snapshot codec carries
+ * (JSON integers, at most INT64_MAX): conversions, products and sums
+ * saturate there, so a cluster made from any scrape encodes and decodes
+ * to itself (decision logs replay exactly).
+ */
+#define COUNT_MAX	((uint64_t)INT64_MAX)
+
+static uint64_t
+sat_add(uint64_t a, uint64_t b)
+{
+	if (a > COUNT_MAX)
+		a = COUNT_MAX;
+	if (b > COUNT_MAX)
+		b = COUNT_MAX;
+	return a > COUNT_MAX - b ? COUNT_MAX : a + b;
+}
+
+static uint64_t
+sat_mul(uint64_t a, uint64_t b)
+{
+	if (a != 0 && b > COUNT_MAX / a)
+		return COUNT_MAX;
+	return a * b;
+}
+
 enum fam { F_NONE, F_RUNNING, F_WAITING, F_KV, F_GPU, F_CONFIG, F_PROMPT };
 
 static const struct {
@@ -347,8 +373,10 @@ finish_kv(pstate *ps)
 			if (!o->have_blocks)
 				o->block_size = g->block_size;
 			o->have_blocks = true;
-			o->num_gpu_blocks += g->blocks;
-			o->kv_capacity_tokens += g->block_size * g->blocks;
+			o->num_gpu_blocks = sat_add(o->num_gpu_blocks,
+			    g->blocks);
+			o->kv_capacity_tokens = sat_add(o->kv_capacity_tokens,
+			    sat_mul(g->block_size, g->blocks));
 		}
 		if (!hu)
 			continue;
@@ -426,13 +454,15 @@ out:
 	return rc;
 }
 
+/* A count from a sample value: rounded, 0..COUNT_MAX (2^63 - 1, which
+ * llround cannot exceed). */
 static uint64_t
 to_u64(double v)
 {
 	if (!(v > 0))
 		return 0;
-	if (v >= 18446744073709551615.0)
-		return UINT64_MAX;
+	if (v >= 9223372036854775807.0)
+		return COUNT_MAX;
 	return (uint64_t)llround(v);
 }
 
@@ -482,6 +512,8 @@ sg_vllm_to_cluster(const sg_vllm_sample *cur, const sg_vllm_sample *prev,
 		cap = def->kv_capacity_tokens;
 		used = cur->kv_usage * (double)cap;
 	}
+	if (cap > COUNT_MAX)
+		cap = COUNT_MAX;
 	out->kv_capacity_tokens = cap;
 	if (cur->have_kv_usage && cap > 0) {
 		out->kv_used_tokens = to_u64(used);

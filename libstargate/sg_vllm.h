@@ -62,7 +62,9 @@ int	sg_vllm_parse(const char *text, size_t len, const char *model,
  *  last_mean_input_tps = the rate of vllm:prompt_tokens_total over dt_s
  *  when it moved, else prev_tps (kept while the counter is still, and
  *  across a counter reset), else def->max_input_tps; max_input_tps,
- *  max_engine_concurrency and rtt_ms (when given) from def.
+ *  max_engine_concurrency and rtt_ms (when given) from def.  Counts and
+ *  token figures saturate at INT64_MAX, the snapshot codec's range, so
+ *  the cluster encodes and decodes to itself.
  * SG_EINVAL when cur has no running count or an argument is NULL.
  */
 int	sg_vllm_to_cluster(const sg_vllm_sample *cur,

@@ -47,7 +47,7 @@
 static int lfd = -1;		/* the engine's listening socket */
 static char url[64];
 
-/* --- the engine ------------------------------------------------------------ */
+/* --- the engine ----------------------------------------------------------- */
 
 struct sconn {
 	int		 fd;
@@ -178,7 +178,7 @@ on_accept(evutil_socket_t fd, short what, void *arg)
 	eng.conns = s;
 }
 
-/* --- the client ------------------------------------------------------------ */
+/* --- the client ----------------------------------------------------------- */
 
 struct xfer {
 	h1_xfer		*x;

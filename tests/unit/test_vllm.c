@@ -379,6 +379,44 @@ test_bounds(void **state)
 	free(t);
 }
 
+/* Found by tests/fuzz/fuzz_vllm.c: counts past 2^63 (and block products
+ * past 2^64) saturate at INT64_MAX, so the cluster round-trips through
+ * the snapshot codec. */
+static void
+test_huge_counts_saturate_at_int64_max(void **state)
+{
+	static const char text[] =
+	    "vllm:num_requests_running 99999999999999999999999\n"
+	    "vllm:num_requests_waiting 1e30\n"
+	    "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"
+	    "vllm:kv_cache_usage_perc{engine=\"1\"} 0.5\n"
+	    "vllm:cache_config_info{engine=\"0\","
+	    "block_size=\"18446744073709551615\",num_gpu_blocks=\"3\"} 1\n"
+	    "vllm:cache_config_info{engine=\"1\","
+	    "block_size=\"9223372036854775807\",num_gpu_blocks=\"1\"} 1\n";
+	sg_clusterdef d = mkdef();
+	sg_vllm_sample s;
+	sg_cluster c, back;
+	sg_error e;
+	json_t *j;
+
+	(void)state;
+	assert_int_equal(parse_str(text, NULL, &s, &e), 0);
+	assert_true(s.kv_capacity_tokens == (uint64_t)INT64_MAX);
+	assert_int_equal(sg_vllm_to_cluster(&s, NULL, 0, 0, &d, &c, &e), 0);
+	assert_true(c.running == (uint64_t)INT64_MAX);
+	assert_true(c.queued == (uint64_t)INT64_MAX);
+	assert_true(c.kv_capacity_tokens == (uint64_t)INT64_MAX);
+	assert_true(c.kv_used_tokens + c.kv_free_tokens ==
+	    c.kv_capacity_tokens);
+	assert_non_null(j = sg_cluster_to_json(&c));
+	assert_int_equal(sg_cluster_from_json(&back, j, "stats", &e), 0);
+	assert_true(back.running == c.running && back.queued == c.queued &&
+	    back.kv_capacity_tokens == c.kv_capacity_tokens &&
+	    back.kv_used_tokens == c.kv_used_tokens);
+	json_decref(j);
+}
+
 static void
 test_to_cluster_rejects_missing_input(void **state)
 {
@@ -413,6 +451,7 @@ main(void)
 		cmocka_unit_test(test_tolerates_the_exposition_format),
 		cmocka_unit_test(test_rejects_bad_lines_of_used_families),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_huge_counts_saturate_at_int64_max),
 		cmocka_unit_test(test_to_cluster_rejects_missing_input),
 	};
 
