@@ -79,6 +79,8 @@ res() {
 	[ "$(res 1 .model)" = acme/dummy-model ] || [ "$(res 1 .model)" = dummy-model ]
 	[ -n "$(res 1 .request_id)" ]
 	[ "$(( $(seen_n A) + $(seen_n B) ))" = 1 ]
+	# the engine that served it names itself (system_fingerprint)
+	[ "$(seen_n "$(res 1 .fingerprint)")" = 1 ]
 }
 
 @test "openai client: a streamed chat completion arrives chunk by chunk with its usage" {
@@ -92,6 +94,7 @@ res() {
 	[ -n "$(res 1 .text)" ]
 	[ "$(res 1 .finish_reason)" = stop ]
 	[ "$(res 1 .usage.completion_tokens)" = 6 ]
+	[[ $(res 1 .fingerprint) == [AB] ]]
 }
 
 @test "openai client: Responses API calls, unary and streamed, are well-formed response objects" {
@@ -111,6 +114,8 @@ res() {
 	[ "$(res 2 .finish_reason)" = completed ]
 	[ "$(res 2 .chunks)" -ge 8 ]		# created, 6 deltas, completed
 	[ "$(res 2 .streamed_text)" = "$(res 2 .text)" ]
+	[[ $(res 1 .fingerprint) == [AB] ]]
+	[[ $(res 2 .fingerprint) == [AB] ]]
 	[ "$(res 3 .finish_reason)" = incomplete ]
 	[ "$(res 3 .usage.completion_tokens)" = 2 ]
 }
@@ -141,6 +146,8 @@ res() {
 		      and all(range(1; 4); $r[.].usage.cached_tokens >= $r[. - 1].usage.prompt_tokens)
 		      and all(range(1; 4); $r[.].usage.cached_tokens < $r[.].usage.prompt_tokens)' \
 		    "$T/results" || { jq -c --arg s "$s" 'select(.session == $s) | .usage' "$T/results"; return 1; }
+		# all four turns on one engine, as the engines name themselves
+		[ "$(jq -rs --arg s "$s" '[.[] | select(.session == $s) | .fingerprint] | unique | map(select(. == "A" or . == "B")) | length' "$T/results")" = 1 ]
 	done
 	# each session's turns went to one cluster: its last cluster is stored
 	for s in chat-a chat-b; do
