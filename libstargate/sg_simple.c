@@ -517,28 +517,29 @@ rcache(const sgi_ctx *x)
 
 
 /*
- * order[] = last, then r[0..nr) without last (branch-free); *pos is last's
- * rank in r, or SIZE_MAX (order then as r) when last is not ranked.
+ * order[0..nr) = last, then r[0..nr) without last, when r ranks last
+ * (*pos = its rank); otherwise order[] = r[] and *pos = SIZE_MAX.  Writes
+ * nothing past order[nr - 1] (order may hold exactly nr entries); nr > 0.
  */
 static void
 copy_rotated(const uint16_t *r, size_t nr, size_t last, size_t *order,
     size_t *pos)
 {
-	size_t i, j = 1, p = SIZE_MAX;
+	size_t i, p;
 
 	order[0] = last;
-	for (i = 0; i < nr; i++) {
-		bool other = r[i] != last;
-
-		order[j] = r[i];
-		if (!other)
-			p = i;
-		j += other;
-	}
-	if (p == SIZE_MAX)
-		for (i = 0; i < nr; i++)
+	for (i = 0; i + 1 < nr && r[i] != last; i++)
+		order[i + 1] = r[i];
+	if (r[i] == last) {
+		p = i;
+		for (i = p + 1; i < nr; i++)
 			order[i] = r[i];
-	*pos = p;
+		*pos = p;
+		return;
+	}
+	for (i = 0; i < nr; i++)
+		order[i] = r[i];
+	*pos = SIZE_MAX;
 }
 
 size_t

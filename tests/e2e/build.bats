@@ -115,3 +115,17 @@ EOF
 	run -1 grep -nE '\b(gets|sprintf|vsprintf|strcpy|strcat|strncpy|strtok|atoi|atol|atof)[[:space:]]*\(' \
 	    "$TOP"/libstargate/*.c "$TOP"/store/*.c "$TOP"/bin/*.c "$TOP"/bin/*/*.c "$TOP"/tools/*/*.c
 }
+
+@test "stargate.pc: jansson under Requires (public headers use json_t); Requires and Requires.private name exactly the libraries libstargate.so links" {
+	pc=$O/stargate.pc
+	grep -qx 'Requires: jansson' "$pc"
+	! grep -E '^Requires.private:.*\bjansson\b' "$pc"
+	req=$(sed -n 's/^Requires\(\.private\)\{0,1\}: //p' "$pc")
+	needed=$(readelf -d "$O/libstargate.so" |
+	    sed -n 's/.*Shared library: \[\(lib[^.]*\)\..*/\1/p' |
+	    grep -vx 'libc\|libm\|libpthread\|libasan\|libubsan' | sort -u)
+	fromreq=$(for p in $req; do pkg-config --libs-only-l "$p"; done |
+	    tr ' ' '\n' | sed -n 's/^-l/lib/p' | sed 's/-[0-9.]*$//' | sort -u)
+	needed=$(sed 's/-[0-9.]*$//' <<<"$needed" | sort -u)
+	[ "$needed" = "$fromreq" ] || { echo "linked: $needed"; echo "pc: $fromreq"; false; }
+}
