@@ -2,7 +2,7 @@
 #
 #   make            build libstargate.{a,so}, stargate.pc and the programs (build/)
 #   make test       sanitizer build (build/san/), every unit and bats test, lint
-#   make demo       the main job: a scripted sg-route session on bundled snapshots
+#   make demo       the main job: the whole stack on loopback, driven by the openai client
 #   make lint       mandoc -Tlint on every page
 #   make install    PREFIX=/usr/local DESTDIR=
 #
@@ -91,7 +91,7 @@ depcheck:
 	@missing=""; \
 	for p in $(DEPS) $(if $(DEPCHECK_TEST),$(TESTDEPS)); do \
 	  $(PKG_CONFIG) --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
-	for c in $(if $(DEPCHECK_TEST),bats mandoc jq mdb_stat curl); do \
+	for c in $(if $(DEPCHECK_TEST),bats mandoc jq mdb_stat curl node npm); do \
 	  command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
 	if [ -n "$(DEPCHECK_TEST)" ] && ! /usr/bin/python3 -c 'import prometheus_client' \
 	    >/dev/null 2>&1; then missing="$$missing python3-prometheus-client"; fi; \
@@ -107,6 +107,10 @@ depcheck:
 deps:
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PKGS)
+	@# Node.js for the demo's openai client: Debian's only where none is
+	@# installed (Debian's npm would replace a newer nodejs package).
+	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
 
 .PHONY: all build depcheck deps test check units lint demo install uninstall clean bench
 
@@ -167,8 +171,10 @@ lint:
 	@out=$$(mandoc -Tlint -W warning $(MANPAGES) 2>&1); \
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; echo "lint: $(words $(MANPAGES)) pages clean"
 
+# `make bench`: every side-by-side comparison, one Markdown report with SVG
+# charts (tools/sg-bench/report.sh; BENCH_ARGS e.g. "-r 7 -o dir" or "-q").
 bench: all
-	$(O)/bin/sg-bench decide
+	sh tools/sg-bench/report.sh -b $(O)/bin $(BENCH_ARGS)
 
 # --- fuzzing (tests/fuzz/) ------------------------------------------------
 # Every tests/fuzz/fuzz_<name>.c is a libFuzzer target.  `make fuzz` builds
