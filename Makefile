@@ -32,7 +32,7 @@ PC_SED = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 DEB_PKGS  = build-essential pkg-config libjansson-dev libsodium-dev liblmdb-dev \
             lmdb-utils libxxhash-dev libevent-dev libcurl4-openssl-dev \
             libhiredis-dev libcmocka-dev bats bats-support bats-assert \
-            mandoc jq redis-server curl python3 python3-prometheus-client
+            mandoc jq redis-server curl python3 python3-prometheus-client iproute2
 
 O        ?= build
 SANITIZE  =
