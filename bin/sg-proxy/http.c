@@ -55,11 +55,13 @@ http_reason(int status)
 	switch (status) {
 	case 200: return "OK";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 408: return "Request Timeout";
 	case 413: return "Payload Too Large";
+	case 414: return "URI Too Long";
 	case 429: return "Too Many Requests";
 	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
@@ -261,6 +263,122 @@ get_debug_state(proxy *p, struct evhttp_request *req)
 	free(text);
 }
 
+/* --- hostile requests ------------------------------------------------------ */
+
+/*
+ * A request refused at the front door: an OpenAI-style error object (with
+ * the ref's top-level "code" beside it), Connection: close, and on the
+ * router edge x-stargate-error-code.  The connection is closed because
+ * after a framing error nothing that follows on it can be trusted.
+ */
+static void
+reject(struct evhttp_request *req, int status, const char *code,
+    const char *message)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+
+	evhttp_remove_header(h, "Content-Type");
+	evhttp_add_header(h, "Content-Type", "application/json");
+	evhttp_remove_header(h, "Connection");
+	evhttp_add_header(h, "Connection", "close");
+	if (proxy_self == NULL || !proxy_self->gw_edge)
+		evhttp_add_header(h, "x-stargate-error-code", code);
+	evbuffer_add_printf(b, "{\"error\":{\"message\":");
+	json_str(b, message);
+	evbuffer_add_printf(b, ",\"type\":\"invalid_request_error\","
+	    "\"param\":null,\"code\":");
+	json_str(b, code);
+	evbuffer_add(b, "},\"code\":", 9);
+	json_str(b, code);
+	evbuffer_add(b, "}\n", 2);
+	worker_track_reply(req);
+	evhttp_send_reply(req, status, http_reason(status), NULL);
+}
+
+/* A field name is a token (RFC 9110 5.1). */
+static bool
+bad_name(const char *s)
+{
+	static const char tchar[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return true;
+	for (; *s != '\0'; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
+		    (*s >= 'A' && *s <= 'Z') || strchr(tchar, *s) != NULL))
+			return true;
+	return false;
+}
+
+/* A field value holds no control byte but HTAB (bare CR, LF, DEL...). */
+static bool
+bad_value(const char *s)
+{
+	const unsigned char *u = (const unsigned char *)s;
+
+	for (; *u != '\0'; u++)
+		if ((*u < 0x20 && *u != '\t') || *u == 0x7f)
+			return true;
+	return false;
+}
+
+/*
+ * The limits and the framing rules evhttp does not enforce itself (see
+ * sg-proxy.8, LIMITS): the request target length (414), the header block
+ * size counted as "name: value\r\n" per field and the field count (431),
+ * a field name that is not a token or a value with a control byte, more
+ * than one Content-Length, Transfer-Encoding beside Content-Length, and a
+ * Transfer-Encoding other than a single "chunked" (400).  evhttp has read
+ * the body by now, but nothing is forwarded and the connection is closed.
+ * Returns true when the request was answered.
+ */
+static bool
+hostile(proxy *p, struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const char *uri = evhttp_request_get_uri(req);
+	const char *te = NULL;
+	struct evkeyval *kv;
+	size_t n = 0, bytes = 0, ncl = 0, nte = 0;
+
+	if (uri != NULL && strlen(uri) > PROXY_MAX_TARGET) {
+		reject(req, 414, "uri_too_long",
+		    "the request target is longer than 8192 bytes");
+		return true;
+	}
+	TAILQ_FOREACH(kv, in, next) {
+		n++;
+		bytes += strlen(kv->key) + strlen(kv->value) + 4;
+		if (bad_name(kv->key) || bad_value(kv->value)) {
+			reject(req, 400, "invalid_request",
+			    "malformed request header field");
+			return true;
+		}
+		if (strcasecmp(kv->key, "Content-Length") == 0)
+			ncl++;
+		else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+			nte++;
+			te = kv->value;
+		}
+	}
+	if (bytes > p->conf->max_header_bytes || n > p->conf->max_headers) {
+		reject(req, 431, "request_header_fields_too_large",
+		    bytes > p->conf->max_header_bytes ?
+		    "the request header block exceeds --max-header-bytes" :
+		    "too many request headers");
+		return true;
+	}
+	if (ncl > 1 || (nte > 0 && ncl > 0) || nte > 1 ||
+	    (te != NULL && strcasecmp(te, "chunked") != 0)) {
+		reject(req, 400, "invalid_request",
+		    "ambiguous request framing (Content-Length, "
+		    "Transfer-Encoding)");
+		return true;
+	}
+	return false;
+}
+
 /* --- routed requests ------------------------------------------------------------ */
 
 /* x-stargate-max-wait-ms: trimmed u64, else 400 (ref §1.2). */
@@ -363,6 +481,8 @@ http_dispatch(struct evhttp_request *req, void *arg)
 	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
 	const char *endpoint;
 
+	if (hostile(p, req))
+		return;
 	if (path == NULL) {
 		http_send_error(req, 400, "invalid_request", "bad request target");
 		return;

@@ -66,6 +66,7 @@
 #define PROXY_HWM		(256u << 10)	/* client output high-water mark */
 #define PROXY_DRAIN_MS		30000		/* SIGTERM drain bound */
 #define PROXY_URL_MAX		8192		/* upstream URL bytes */
+#define PROXY_MAX_TARGET	8192		/* request target, 414 beyond */
 
 /* --- options ---------------------------------------------------------------- */
 

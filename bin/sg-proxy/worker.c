@@ -160,7 +160,14 @@ setup_http(proxy *p)
 	if (margin > (16u << 20))
 		margin = 16u << 20;
 	evhttp_set_max_body_size(p->http, (ev_ssize_t)(c->max_body + margin));
-	evhttp_set_max_headers_size(p->http, (ev_ssize_t)c->max_header_bytes);
+	/*
+	 * Likewise the header block: http.c answers 414 and 431 (JSON) up
+	 * to a margin past --max-header-bytes (and the 8 KiB request target
+	 * limit); only beyond it does libevent answer with its own page.
+	 */
+	margin = c->max_header_bytes > 65536 ? c->max_header_bytes : 65536;
+	evhttp_set_max_headers_size(p->http,
+	    (ev_ssize_t)(c->max_header_bytes + margin));
 	/* evhttp has one idle timeout for reading a request (headers and
 	 * body alike) and writing a reply: the larger of the two bounds. */
 	ms_to_tv((double)(c->header_timeout_ms > c->body_timeout_ms ?
