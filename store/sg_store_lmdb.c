@@ -76,11 +76,14 @@
  *      (a shared mapping every process holds), then abort W.
  *   4. Every other process still maps the old inode.  A writer checks,
  *      after beginning each write transaction (so under the writer lock),
- *      both the generation counter and the inode of data.mdb against what
- *      it opened; on a change it aborts (an aborted transaction writes
- *      nothing), closes and reopens the environment and replays the batch
- *      on the new file.  So no write ever lands in the old file, and
- *      nothing committed is lost.  The same check guards the write
+ *      the generation counter and the link count of the file it maps (a
+ *      renamed-over inode has none: one fstat(), no path walk), and every
+ *      GEN_POLL_MS the inode data.mdb names, against what it opened; on a
+ *      change it aborts (an aborted transaction writes nothing), closes
+ *      and reopens the environment and replays the batch on the new file.
+ *      So no write ever lands in the old file, and nothing committed is
+ *      lost (a file replaced while its old inode keeps another link is
+ *      found within GEN_POLL_MS).  The same check guards the write
  *      transaction that creates the named databases at open.  Readers
  *      compare the generation counter (one atomic load) on each lookup and
  *      reopen on a change; until they do they read the old inode (an older
@@ -204,6 +207,7 @@ struct lstore {
 	/* Store thread only. */
 	bool		 dirty;
 	uint64_t	 last_sync, last_check;	/* monotonic ms */
+	uint64_t	 last_name_check;	/* env_swapped_txn(), ms */
 };
 
 /* s->rw is write-locked: let a test hold it there (sgi_store_set_hook). */
@@ -875,17 +879,44 @@ env_open(struct lstore *s, sg_error *err)
 	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
 }
 
-/* True if data.mdb is no longer the file s->env maps. */
+/*
+ * True if data.mdb is no longer the file s->env maps (s->env open).  Every
+ * write transaction asks, under the writer lock, so the common answer is
+ * cheap: the generation counter (a load from the shared mapping), then
+ * fstat() of the mapped file's own descriptor, whose link count a rename
+ * over data.mdb (a compactor killed before its generation bump) or a
+ * removal drops to zero.  Looking the name up (stat: a path walk) also
+ * catches a replaced file whose old inode keeps another link; by_name
+ * asks for it (write_txn: every GEN_POLL_MS; a reopen: always).
+ */
 static bool
-env_swapped(struct lstore *s)
+env_swapped(struct lstore *s, bool by_name)
 {
 	struct stat st;
+	int fd;
 
 	if (gen_load(s) != s->gen)
 		return true;
+	if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0 ||
+	    st.st_nlink == 0)
+		return true;
+	if (!by_name)
+		return false;
 	if (stat(s->datapath, &st) != 0)
 		return true;
 	return st.st_ino != s->data_ino || st.st_dev != s->data_dev;
+}
+
+/* write_txn(): look the name up too when GEN_POLL_MS has passed. */
+static bool
+env_swapped_txn(struct lstore *s)
+{
+	uint64_t now = mono_ms();
+	bool by_name = now - s->last_name_check >= GEN_POLL_MS;
+
+	if (by_name)
+		s->last_name_check = now;
+	return env_swapped(s, by_name);
 }
 
 /* Close and reopen the environment if it was swapped or is closed
@@ -895,7 +926,7 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 {
 	int rc;
 
-	if (s->env != NULL && !env_swapped(s))
+	if (s->env != NULL && !env_swapped(s, true))
 		return 0;
 	locked_hook(s, "reopen");
 	rtxn_drop(s);
@@ -1104,7 +1135,7 @@ write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
 			return lerr(err, rc, "cannot begin a write transaction");
 		}
 		/* Under the writer lock: is data.mdb still our file? */
-		if (env_swapped(s)) {
+		if (env_swapped_txn(s)) {
 			mdb_txn_abort(txn);
 			pthread_rwlock_unlock(&s->rw);
 			if ((rc = env_reopen(s, err)) != 0)
@@ -1212,15 +1243,27 @@ entry_evict_oldest(struct lstore *s, MDB_txn *txn, MDB_cursor *cur,
 	return 0;
 }
 
+/*
+ * Write op's entry through the batch's cursors (cm on the main database,
+ * ct on the time index): one descent finds the old entry and overwrites it
+ * in place (MDB_CURRENT); the new index key, the newest write, normally
+ * sorts last and is appended without a search (MDB_APPEND; a key that does
+ * not sort last, a clock step back or a restored write time, takes the
+ * ordinary put).
+ */
 static int
-entry_put(struct lstore *s, MDB_txn *txn, const struct op *op, uint64_t seq,
+entry_put(MDB_cursor *cm, MDB_cursor *ct, const struct op *op, uint64_t seq,
     uint64_t *count)
 {
 	MDB_val k = { SGI_DIGEST_LEN, (void *)(uintptr_t)op->digest }, v, ik, d;
 	unsigned char vbuf[VAL_HDR + SG_ID_MAX], ibuf[IDX_LEN];
+	unsigned flags = 0;
 	int rc;
 
-	if ((rc = mdb_get(txn, s->dbi_main, &k, &v)) == 0) {
+	memcpy(vbuf, &op->t, 8);
+	memcpy(vbuf + 8, &seq, 8);
+	memcpy(vbuf + VAL_HDR, op->id, op->id_len);
+	if ((rc = mdb_cursor_get(cm, &k, &v, MDB_SET_KEY)) == 0) {
 		uint64_t ot = 0, oseq = 0;
 
 		if (v.mv_size >= VAL_HDR) {
@@ -1231,19 +1274,19 @@ entry_put(struct lstore *s, MDB_txn *txn, const struct op *op, uint64_t seq,
 		be64_put(ibuf + 8, oseq);
 		ik.mv_size = IDX_LEN;
 		ik.mv_data = ibuf;
-		if ((rc = mdb_del(txn, s->dbi_time, &ik, NULL)) != 0 &&
-		    rc != MDB_NOTFOUND)
+		rc = mdb_cursor_get(ct, &ik, &d, MDB_SET);
+		if (rc == 0)
+			rc = mdb_cursor_del(ct, 0);
+		if (rc != 0 && rc != MDB_NOTFOUND)
 			return rc;
+		flags = MDB_CURRENT;
 	} else if (rc == MDB_NOTFOUND)
 		(*count)++;
 	else
 		return rc;
-	memcpy(vbuf, &op->t, 8);
-	memcpy(vbuf + 8, &seq, 8);
-	memcpy(vbuf + VAL_HDR, op->id, op->id_len);
 	v.mv_size = VAL_HDR + op->id_len;
 	v.mv_data = vbuf;
-	if ((rc = mdb_put(txn, s->dbi_main, &k, &v, 0)) != 0)
+	if ((rc = mdb_cursor_put(cm, &k, &v, flags)) != 0)
 		return rc;
 	be64_put(ibuf, op->t);
 	be64_put(ibuf + 8, seq);
@@ -1251,7 +1294,9 @@ entry_put(struct lstore *s, MDB_txn *txn, const struct op *op, uint64_t seq,
 	ik.mv_data = ibuf;
 	d.mv_size = SGI_DIGEST_LEN;
 	d.mv_data = (void *)(uintptr_t)op->digest;
-	return mdb_put(txn, s->dbi_time, &ik, &d, 0);
+	if ((rc = mdb_cursor_put(ct, &ik, &d, MDB_APPEND)) == MDB_KEYEXIST)
+		rc = mdb_cursor_put(ct, &ik, &d, 0);
+	return rc;
 }
 
 struct batch {
@@ -1264,29 +1309,26 @@ static int
 apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
 {
 	struct batch *b = arg;
-	MDB_cursor *cur = NULL;
+	MDB_cursor *cur = NULL, *cm = NULL;
 	MDB_stat ms;
 	uint64_t seq, count;
 	size_t i;
 	int rc;
 
 	if ((rc = meta_get_u64(s, txn, "seq", &seq)) != 0 ||
-	    (rc = mdb_stat(txn, s->dbi_main, &ms)) != 0)
-		return rc;
+	    (rc = mdb_stat(txn, s->dbi_main, &ms)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->dbi_main, &cm)) != 0 ||
+	    (rc = mdb_cursor_open(txn, s->dbi_time, &cur)) != 0)
+		goto out;
 	count = ms.ms_entries;
 	for (i = 0; i < b->n && rc == 0; i++) {
 		const struct op *op = &b->ops[i];
 
 		switch (op->kind) {
 		case OP_PUT:
-			rc = entry_put(s, txn, op, ++seq, &count);
-			while (rc == 0 && count > s->o.max_entries) {
-				if (cur == NULL &&
-				    (rc = mdb_cursor_open(txn, s->dbi_time,
-				    &cur)) != 0)
-					break;
+			rc = entry_put(cm, cur, op, ++seq, &count);
+			while (rc == 0 && count > s->o.max_entries)
 				rc = entry_evict_oldest(s, txn, cur, &count);
-			}
 			break;
 		case OP_DEL:
 			rc = entry_del(s, txn, op->digest, false, 0, 0, &count);
@@ -1297,10 +1339,13 @@ apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
 			break;
 		}
 	}
-	if (cur != NULL)
-		mdb_cursor_close(cur);
 	if (rc == 0)
 		rc = meta_put_u64(s, txn, "seq", seq);
+out:
+	if (cur != NULL)
+		mdb_cursor_close(cur);
+	if (cm != NULL)
+		mdb_cursor_close(cm);
 	return rc;
 }
 
@@ -1650,7 +1695,7 @@ compact_swap(struct lstore *s, uint64_t *generation, sg_error *err)
 			pthread_rwlock_unlock(&s->rw);
 			return lerr(err, rc, "cannot begin a write transaction");
 		}
-		if (env_swapped(s)) {
+		if (env_swapped(s, true)) {
 			mdb_txn_abort(w);
 			pthread_rwlock_unlock(&s->rw);
 			if ((rc = env_reopen(s, err)) != 0)

@@ -152,6 +152,24 @@ get_i(sg_store *s, int i, sg_store_entry *out)
 	return sg_store_lookup(s, k, SG_LC_KEY_LEN, out, NULL);
 }
 
+static int
+count_fn(const sg_store_entry *e, void *arg)
+{
+	(void)e;
+	++*(int *)arg;
+	return 0;
+}
+
+/* Entries the time index leads to (expired ones too). */
+static int
+count_all(sg_store *s)
+{
+	int n = 0;
+
+	assert_int_equal(sg_store_iterate(s, true, count_fn, &n, NULL), 0);
+	return n;
+}
+
 static void
 flush_ok(sg_store *s)
 {
@@ -226,6 +244,59 @@ test_overwrite_replaces_cluster_id(void **state)
 	assert_string_equal(e.cluster_id, "b");
 	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
 	assert_int_equal(st.entries, 1);
+}
+
+/* In-place overwrites of another length keep the index consistent. */
+static void
+test_overwrite_with_longer_and_shorter_ids_keeps_one_entry(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_store_stats st;
+
+	fx_open(f);
+	put_i(f->s, 1, "a");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 1);
+	put_i(f->s, 1, "a-much-longer-cluster-id");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 1);
+	put_i(f->s, 1, "bb");
+	put_i(f->s, 2, "other");
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_string_equal(e.cluster_id, "bb");
+	assert_int_equal(e.age_ms, 0);
+	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
+	assert_int_equal(st.entries, 2);
+	assert_int_equal(count_all(f->s), 2);
+}
+
+/*
+ * The time index takes a write time older than the newest (a clock step
+ * back, a restored entry) in order: capacity still evicts the least
+ * recently written entry.
+ */
+static void
+test_capacity_clock_step_back_evicts_by_write_time(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+
+	f->o.max_entries = 2;
+	fx_open(f);
+	put_i(f->s, 1, "c1");
+	flush_ok(f->s);
+	atomic_fetch_sub(&f->now, 5000);	/* the clock steps back */
+	put_i(f->s, 2, "c2");
+	flush_ok(f->s);
+	atomic_fetch_add(&f->now, 1);
+	put_i(f->s, 3, "c3");			/* evicts 2, the oldest */
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 2, &e), SG_ENOTFOUND);
+	assert_int_equal(get_i(f->s, 1, &e), 0);
+	assert_int_equal(get_i(f->s, 3, &e), 0);
+	assert_int_equal(count_all(f->s), 2);
 }
 
 static void
@@ -973,6 +1044,84 @@ path_of(char *buf, size_t cap, const struct fx *f, const char *name)
 	snprintf(buf, cap, "%s/%s", f->dir, name);
 }
 
+/* Copy data.mdb (quiescent: flushed) and rename the copy over it. */
+static void
+replace_data_file(const struct fx *f)
+{
+	char src[128], dst[128], buf[65536];
+	ssize_t n;
+	int in, out;
+
+	path_of(src, sizeof(src), f, "data.mdb");
+	path_of(dst, sizeof(dst), f, "data.mdb.copy");
+	assert_true((in = open(src, O_RDONLY)) >= 0);
+	assert_true((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0640)) >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	assert_int_equal(close(in), 0);
+	assert_int_equal(close(out), 0);
+	assert_int_equal(rename(dst, src), 0);
+}
+
+/* After close and open: the write reached the file data.mdb names. */
+static void
+reopen_sees(struct fx *f, int i, const char *id)
+{
+	sg_store_entry e;
+
+	sg_store_close(f->s);
+	f->s = NULL;
+	fx_open(f);
+	assert_int_equal(get_i(f->s, i, &e), 0);
+	assert_string_equal(e.cluster_id, id);
+}
+
+/*
+ * A compactor killed between its rename and its generation bump: the
+ * generation is unchanged, but the next write transaction finds the
+ * mapped inode unlinked and commits into the new file.
+ */
+static void
+test_swap_without_generation_bump_moves_next_write_to_new_file(
+    void **state)
+{
+	struct fx *f = *state;
+
+	fx_open(f);
+	put_i(f->s, 1, "before");
+	flush_ok(f->s);
+	replace_data_file(f);
+	put_i(f->s, 2, "after-swap");
+	flush_ok(f->s);
+	reopen_sees(f, 2, "after-swap");
+	reopen_sees(f, 1, "before");
+}
+
+/*
+ * The same with the old inode kept by another link (so it has links
+ * left): the name is looked up within GEN_POLL_MS (100 ms) of writing.
+ */
+static void
+test_swap_of_a_linked_file_is_found_by_name_within_the_poll(void **state)
+{
+	struct fx *f = *state;
+	char data[128], keep[128];
+
+	fx_open(f);
+	put_i(f->s, 1, "before");
+	flush_ok(f->s);
+	path_of(data, sizeof(data), f, "data.mdb");
+	path_of(keep, sizeof(keep), f, "data.mdb.keep");
+	assert_int_equal(link(data, keep), 0);
+	replace_data_file(f);
+	usleep(150 * 1000);
+	put_i(f->s, 2, "after-swap");
+	flush_ok(f->s);
+	reopen_sees(f, 2, "after-swap");
+	assert_int_equal(unlink(keep), 0);
+}
+
 /* A store of n entries, closed. */
 static void
 fx_fill_close(struct fx *f, int n)
@@ -1176,6 +1325,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_put_then_lookup_hits_with_write_time),
 		T(test_overwrite_replaces_cluster_id),
+		T(test_overwrite_with_longer_and_shorter_ids_keeps_one_entry),
 		T(test_del_removes_entry),
 		T(test_ttl_expired_entry_is_a_miss_and_deleted),
 		T(test_write_resets_ttl),
@@ -1183,6 +1333,7 @@ main(void)
 		T(test_expiry_deletion_spares_a_newer_write),
 		T(test_capacity_evicts_least_recently_written),
 		T(test_capacity_same_millisecond_keeps_commit_order),
+		T(test_capacity_clock_step_back_evicts_by_write_time),
 		T(test_group_commit_puts_many_writes_in_one_transaction),
 		T(test_full_queue_refuses_without_blocking),
 		T(test_sync_option_commits_durably),
@@ -1199,6 +1350,8 @@ main(void)
 		T(test_compact_enforces_capacity),
 		T(test_compact_while_another_process_writes_loses_nothing),
 		T(test_reader_process_follows_compaction),
+		T(test_swap_without_generation_bump_moves_next_write_to_new_file),
+		T(test_swap_of_a_linked_file_is_found_by_name_within_the_poll),
 		T(test_full_disk_generation_and_lock_files_are_allocated_not_sparse),
 		T(test_full_disk_sparse_generation_file_is_filled_at_open),
 		T(test_damaged_cut_to_half_its_size_is_refused_at_open),
