@@ -195,7 +195,8 @@ FUZZ_CFLAGS ?= -Wno-error=incompatible-pointer-types
 FUZZSRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZDRIVERS := $(FUZZSRC:tests/fuzz/%.c=$(O)/tests/fuzz/%)
 FUZZERS   := $(FUZZSRC:tests/fuzz/%.c=$(O)/fuzz/%)
-# A target built from a program's source also links the programs' code.
+# A target built from a program's source also links the programs' code
+# (before the target's own object: see FZ_RESTORE_ARGV0 in fuzz.h).
 FUZZ_EXTRA_fuzz_route_stream = $(PROGCOMMONOBJ)
 FUZZ_EXTRA_fuzz_h1 = $(O)/obj/bin/sg-proxy/h1.o
 # fuzz_proxy runs sg-proxy's main() on a thread: every sg-proxy object but
@@ -207,13 +208,13 @@ units: $(FUZZDRIVERS)
 
 $(FUZZDRIVERS): $(O)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c tests/fuzz/fuzz.h $(O)/libstargate.a $$(FUZZ_EXTRA_$$*)
 	@mkdir -p $(@D)
-	$(CC) $(SG_CPPFLAGS) -Ibin -Itests/fuzz $(SG_CFLAGS) -o $@ $< \
-	    tests/fuzz/driver.c $(FUZZ_EXTRA_$*) $(O)/libstargate.a $(DEPLIBS)
+	$(CC) $(SG_CPPFLAGS) -Ibin -Itests/fuzz $(SG_CFLAGS) -o $@ \
+	    $(FUZZ_EXTRA_$*) $< tests/fuzz/driver.c $(O)/libstargate.a $(DEPLIBS)
 
 $(FUZZERS): $(O)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(O)/libstargate.a $$(FUZZ_EXTRA_$$*)
 	@mkdir -p $(@D)
 	$(CC) $(SG_CPPFLAGS) -Ibin -Itests/fuzz $(SG_CFLAGS) -fsanitize=fuzzer \
-	    -o $@ $< $(FUZZ_EXTRA_$*) $(O)/libstargate.a $(DEPLIBS)
+	    -o $@ $(FUZZ_EXTRA_$*) $< $(O)/libstargate.a $(DEPLIBS)
 
 $(O)/fuzz/sg-proxy-main.o: bin/sg-proxy/main.c $(LIBHDR) $(PROGHDR) $(MPROGHDR) Makefile
 	@mkdir -p $(@D)

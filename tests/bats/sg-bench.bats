@@ -53,7 +53,7 @@ teardown() {
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done
-	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,cache_hit_pct$'
+	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,cache_hit_pct,ratio_min,ratio_max,same_path_pct$'
 	# Every CSV row has as many fields as the header.
 	awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$TMP/d.csv"
 }
@@ -91,6 +91,34 @@ teardown() {
 	jq -e '.entries == 500 and .runs == 1
 	    and (.lookup.p50_ns > 0) and (.lookup.raw_p50_ns > 0)
 	    and (.write.per_s > 0) and (.sync.per_s > 0) and (.sync.raw_per_s > 0)' <<<"$output"
+}
+
+@test "report: one run writes a Markdown report of every comparison, SVG charts and the exact commands, and stops its servers" {
+	run -0 --separate-stderr "$BENCH" report -q -P -r 1 -o "$TMP/rep"
+	for h in "Decisions against their floors" "Session rules: flag on against flag off" \
+	    "Many tenants" "The last-cluster store" "sg-route --ndjson against jq" \
+	    "## sg-sim" "sg-proxy against nginx" "## Commands"; do
+		grep -qF "$h" "$TMP/rep/report.md" || { echo "no section: $h"; false; }
+	done
+	grep -q '^Started .* Machine: .* cores;' "$TMP/rep/report.md"
+	grep -q 'load average' "$TMP/rep/report.md"
+	grep -q 'sg-bench decide --runs 1' "$TMP/rep/report.md"
+	grep -q '^| waw-returning-vs-off | 8 |' "$TMP/rep/report.md"
+	grep -q 'equal batches of 1000' "$TMP/rep/report.md"
+	head -c 4 "$TMP/rep/decide.svg" | grep -q '<svg'
+	head -c 4 "$TMP/rep/compare.svg" | grep -q '<svg'
+	# the report is also its stdout
+	[[ $output == "# Stargate benchmark report"* ]]
+	# the redis-server it started is gone
+	port=$(sed -n 's/.*--redis 127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/rep/commands.txt")
+	if [ -n "$port" ]; then
+		! redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null
+	fi
+}
+
+@test "report: a bad option is a usage error (64)" {
+	run -64 --separate-stderr "$BENCH" report -Z
+	[[ $stderr == *"report.sh: unknown option"* ]]
 }
 
 @test "store: a bad option value is a usage error (64)" {

@@ -348,6 +348,50 @@ test_queue_ties_break_on_utilisation(void **state)
 	pteardown(&t);
 }
 
+/*
+ * A returning session whose last cluster has the lowest rank, on a router
+ * whose scratch holds exactly n candidates: the cached ranking is copied
+ * with the promotion applied in place and never written past n entries
+ * (the sanitizer build checks), and the decision equals the reference
+ * path's, whichever cluster the hint names.
+ */
+static void
+test_rotated_cached_ranking_stays_in_bounds(void **state)
+{
+	const char *text = "{\"models\":{\"m\":{\"algorithm\":"
+	    "\"pulsar-wait-and-widen\",\"cache_affinity_backend_selection_count\":2,"
+	    "\"last_cluster_affinity\":true}}}";
+	sg_lbconf *conf = fx_conf(text);
+	sg_snapshot *s = fx_snapshot(8);
+	size_t h, k;
+
+	(void)state;
+	for (h = 0; h < 8; h++) {
+		sg_router *rt = fx_router(conf, 42), *ref = fx_router(conf, 42);
+
+		sgi_router_scratch(ref)->reference = true;
+		for (k = 0; k < 4; k++) {	/* miss, store, then hits */
+			sg_request a, b;
+			sg_decision da, db;
+
+			fx_req(&a, "r", "key", 10);
+			a.last_cluster_id = sg_snapshot_get(s, h)->id;
+			b = a;
+			da = fx_decide(rt, s, &a, 0);
+			db = fx_decide(ref, s, &b, 0);
+			assert_int_equal(da.kind, db.kind);
+			assert_int_equal(da.index, db.index);
+			assert_int_equal(da.rank_depth, db.rank_depth);
+			assert_int_equal(da.promoted, db.promoted);
+			assert_int_equal(da.primary, db.primary);
+		}
+		sg_router_free(rt);
+		sg_router_free(ref);
+	}
+	sg_snapshot_free(s);
+	sg_lbconf_free(conf);
+}
+
 int
 main(void)
 {
@@ -371,6 +415,7 @@ main(void)
 		cmocka_unit_test(test_unranked_clusters_are_never_selected),
 		cmocka_unit_test(test_open_set_uses_fallback_max_queued),
 		cmocka_unit_test(test_queue_ties_break_on_utilisation),
+		cmocka_unit_test(test_rotated_cached_ranking_stays_in_bounds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

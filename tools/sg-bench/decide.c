@@ -1243,6 +1243,7 @@ struct row {
 	double		 hit;		/* ranking-cache hit %, NAN: none */
 	double		 sel, wait, rej;
 	double		 same;		/* samepath: % of requests kept */
+	double		 rmin, rmax;	/* spread of the per-run ratios */
 };
 
 /*
@@ -1344,6 +1345,16 @@ measure(const struct scenario *sc, size_t n, const struct opts *o,
 		st1.misses = rs1.misses;
 	}
 
+	row->rmin = INFINITY;
+	row->rmax = -INFINITY;
+	for (run = 0; run < o->runs; run++) {
+		double rr = p50s[run] / f50s[run];
+
+		if (rr < row->rmin)
+			row->rmin = rr;
+		if (rr > row->rmax)
+			row->rmax = rr;
+	}
 	row->scenario = sc->name;
 	row->n = n;
 	row->p50 = median(p50s, o->runs);
@@ -1452,7 +1463,7 @@ bench_decide_main(int argc, char *argv[])
 		fprintf(csv, "scenario,candidates,p50_ns,p99_ns,floor_p50_ns,"
 		    "ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,"
 		    "reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,"
-		    "cache_hit_pct\n");
+		    "cache_hit_pct,ratio_min,ratio_max,same_path_pct\n");
 	timer_calibrate();
 	printf("%-30s %5s %10s %10s %10s %7s %9s %9s %6s %8s  %s\n",
 	    "scenario", "N", "p50(ns)", "p99(ns)", "floor(ns)", "ratio",
@@ -1467,7 +1478,7 @@ bench_decide_main(int argc, char *argv[])
 				rc = EX_SOFTWARE;
 				continue;
 			}
-			char hit[16] = "";
+			char hit[16] = "", same[16] = "";
 
 			if (!isnan(row.hit))
 				snprintf(hit, sizeof hit, "%.1f", row.hit);
@@ -1477,17 +1488,21 @@ bench_decide_main(int argc, char *argv[])
 			    row.floor50, row.ratio, row.c50, row.c99,
 			    hit[0] != '\0' ? hit : "-", row.allocs, row.sel,
 			    row.wait, row.rej);
-			if (!isnan(row.same))
+			if (!isnan(row.same)) {
 				printf(" (same path: %.0f%%)", row.same);
+				snprintf(same, sizeof same, "%.0f", row.same);
+			}
 			putchar('\n');
 			fflush(stdout);
 			if (csv != NULL)
 				fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.3f,%.4f,"
-				    "%.1f,%.1f,%.1f,%lu,%u,%d,%.1f,%.1f,%s\n",
+				    "%.1f,%.1f,%.1f,%lu,%u,%d,%.1f,%.1f,%s,%.3f,"
+				    "%.3f,%s\n",
 				    row.scenario, row.n, row.p50, row.p99,
 				    row.floor50, row.ratio, row.allocs,
 				    row.sel, row.wait, row.rej, o.iterations,
-				    o.runs, BATCH, row.c50, row.c99, hit);
+				    o.runs, BATCH, row.c50, row.c99, hit,
+				    row.rmin, row.rmax, same);
 		}
 	}
 	printf("# median of %u runs; p50/p99 over means of batches of %d "
