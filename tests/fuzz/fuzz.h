@@ -21,9 +21,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int	LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int	LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/*
+ * bin/common/cli.c points argv[0] at the program's name from .init_array;
+ * libFuzzer re-executes argv[0] (-merge, -fork) and copies argv before any
+ * hook of ours, so a target linking cli.o puts the real path back with
+ * FZ_RESTORE_ARGV0, an .init_array entry of its own that runs after
+ * cli.o's (the Makefile links the target's object after cli.o).
+ */
+#define FZ_RESTORE_ARGV0						\
+static void								\
+fz_argv0(int argc, char **argv, char **envp)				\
+{									\
+	static char exe[4096];						\
+	ssize_t n;							\
+									\
+	(void)envp;							\
+	if (argc > 0 && (n = readlink("/proc/self/exe", exe,		\
+	    sizeof(exe) - 1)) > 0) {					\
+		exe[n] = '\0';						\
+		argv[0] = exe;						\
+	}								\
+}									\
+__attribute__((section(".init_array"), used))				\
+static void (*const fz_argv0_init)(int, char **, char **) = fz_argv0
 
 /* A property that must hold; on failure print where and abort. */
 #define FZ_ASSERT(cond) do {						\

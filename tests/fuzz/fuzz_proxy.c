@@ -42,6 +42,8 @@
 
 int	sg_proxy_main(int argc, char *argv[]);
 
+FZ_RESTORE_ARGV0;
+
 #define IDLE_MS		50	/* silence that ends an answer */
 #define FIRST_MS	1000	/* wait for a first byte */
 #define HEALTH_MS	5000	/* liveness bound */

@@ -47,6 +47,8 @@ int		sg_route_main(int argc, char *argv[]);
 #undef main
 #undef read
 
+FZ_RESTORE_ARGV0;
+
 static const char *const confs[] = {
 	NULL,
 	"{\"default\":\"wait-and-widen\",\"models\":{"
