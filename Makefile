@@ -189,9 +189,7 @@ FUZZ_O    ?= build/fz
 FUZZ_TARGETS ?=
 FUZZ_SAN   = -fsanitize=fuzzer-no-link,address,undefined \
              -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-# clang rejects what gcc accepts in sg_metrics.c (uint64_t * for an
-# atomic_ullong's expected value); a warning here until that is fixed.
-FUZZ_CFLAGS ?= -Wno-error=incompatible-pointer-types
+FUZZ_CFLAGS ?=
 FUZZSRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZDRIVERS := $(FUZZSRC:tests/fuzz/%.c=$(O)/tests/fuzz/%)
 FUZZERS   := $(FUZZSRC:tests/fuzz/%.c=$(O)/fuzz/%)

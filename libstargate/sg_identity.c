@@ -162,6 +162,14 @@ canonical_key(const char *s, size_t len)
 	return k;
 }
 
+/* True if s[0..len) is empty or white space only (sg_trim's set). */
+static bool
+blank(const char *s, size_t len)
+{
+	sg_trim(&s, &len);
+	return len == 0;
+}
+
 int
 sg_identity_split_model(const char *model_id, const char *bound_routing_key,
     char **routing_key, char **model, sg_error *err)
@@ -177,9 +185,11 @@ sg_identity_split_model(const char *model_id, const char *bound_routing_key,
 		return REQERR(err, "model prefix is required");
 	rklen = (size_t)(slash - model_id);
 	mlen = strlen(slash + 1);
-	if (rklen == 0)
+	/* Blank (white space only) is empty: the router would read the
+	 * header as absent and refuse a header the client never sent. */
+	if (blank(model_id, rklen))
 		return REQERR(err, "routing key is required before model");
-	if (mlen == 0)
+	if (blank(slash + 1, mlen))
 		return REQERR(err,
 		    "model suffix is required after routing key");
 	if ((rk = canonical_key(model_id, rklen)) == NULL ||

@@ -617,7 +617,8 @@ double_bits(double d)
 static void
 atomic_add_double(atomic_ullong *a, double v)
 {
-	uint64_t old = atomic_load_explicit(a, memory_order_relaxed);
+	unsigned long long old = atomic_load_explicit(a,
+	    memory_order_relaxed);
 
 	while (!atomic_compare_exchange_weak_explicit(a, &old,
 	    double_bits(bits_double(old) + v), memory_order_relaxed,

@@ -142,6 +142,12 @@ test_model_id_400_messages(void **state)
 	    NULL, NULL, "routing key is required before model");
 	expect_400(SG_ENDPOINT_RESPONSES, "{\"model\":\"tenant-a/\"}", NULL,
 	    NULL, NULL, "model suffix is required after routing key");
+	/* Blank is empty (found by fuzz_identity: the router read a blank
+	 * x-model as absent and refused a header the client never sent). */
+	expect_400(SG_ENDPOINT_CHAT, "{\"model\":\"tenant/     \"}", NULL,
+	    NULL, NULL, "model suffix is required after routing key");
+	expect_400(SG_ENDPOINT_CHAT, "{\"model\":\" \\t /llama\"}", NULL,
+	    NULL, NULL, "routing key is required before model");
 	expect_400(SG_ENDPOINT_CHAT, "{\"model\":\"tenant-a/llama\"}", NULL,
 	    NULL, "tenant-b", "model targets a different routing key");
 	expect_400(SG_ENDPOINT_CHAT, "[1]", NULL, NULL, NULL,
