@@ -257,6 +257,8 @@ install: build
 	ln -sf libstargate.so.0 $(DESTDIR)$(LIBDIR)/libstargate.so
 	sed $(PC_SED) stargate.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
 	install -m 644 $(PUBHDR) $(DESTDIR)$(INCDIR)/
+	install -d $(DESTDIR)$(PREFIX)/share/stargate
+	install -m 755 tools/sg-bench/report.sh $(DESTDIR)$(PREFIX)/share/stargate/sg-bench-report.sh
 	for m in $(MANPAGES); do s=$${m##*.}; \
 	  sed 's/^\.Os.*/.Os Stargate $(VERSION)/' $$m > $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 
@@ -264,6 +266,7 @@ uninstall:
 	for p in $(notdir $(PROGS) $(MPROGS) $(TOOLS)); do rm -f $(DESTDIR)$(BINDIR)/$$p $(DESTDIR)$(SBINDIR)/$$p; done
 	rm -f $(DESTDIR)$(LIBDIR)/libstargate.* $(DESTDIR)$(LIBDIR)/pkgconfig/stargate.pc
 	rm -rf $(DESTDIR)$(INCDIR)
+	rm -f $(DESTDIR)$(PREFIX)/share/stargate/sg-bench-report.sh
 	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 
 clean:

@@ -418,6 +418,14 @@ int	sgi_pulsar_waw(sgi_ctx *x, sg_decision *out);
  */
 size_t	sgi_pulsar_rank(sgi_ctx *x, size_t *order);
 /*
+ * sgi_pulsar_rank_start() that, on a cache hit and with last >= 0, writes
+ * the ranking with candidate last moved to the front (the session plan's
+ * "keep" rotation) in the same pass: *pos is last's rank before the move,
+ * or SIZE_MAX when nothing was rotated (no hit, last < 0 or unranked).
+ */
+size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
+	    size_t *order, bool *full, long last, size_t *pos);
+/*
  * The same in steps, for pulsar-wait-and-widen: fill *prefix and, when the
  * ranking cache has the ranking or wants it stored (or in reference or
  * --explain mode), the full ranking into order[] (*full = true, returns

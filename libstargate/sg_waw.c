@@ -49,17 +49,6 @@
 
 #include "sg_internal.h"
 
-/*
- * sgi_pulsar_rank_start() that, on a cache hit and with last >= 0, writes
- * the ranking with candidate last moved to the front (the session plan's
- * "keep" rotation) in the same pass: *pos is last's rank before the move,
- * or SIZE_MAX when nothing was rotated (no hit, last < 0 or unranked).
- * Defined in sg_simple.c, called from sg_waw.c; declared in both (its
- * place is sg_internal.h, which this module does not own).
- */
-size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
-	    size_t *order, bool *full, long last, size_t *pos);
-
 enum { CORE_SELECT, CORE_WAIT, CORE_UNAVAILABLE };
 
 /* One algorithm call. */
