@@ -412,9 +412,7 @@ handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
 
 	if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) >
 	    p->conf->max_body) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Connection", "close");
-		http_send_error(req, 413, "request_too_large",
+		reject(req, 413, "request_too_large",
 		    "request body exceeds the replay limit");
 		return;
 	}
