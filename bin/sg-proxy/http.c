@@ -1,5 +1,5 @@
 /*
- * http.c — sg-proxy's endpoints (SPEC.md §6, ref §1.1, §1.5).
+ * http.c — sg-proxy's endpoints (sg-proxy(8), stargate-headers(7)).
  *
  *   POST /v1/chat/completions, /v1/completions, /v1/responses,
  *        /v1/embeddings          routed (route.c, forward.c)
@@ -14,15 +14,18 @@
  * A routed request: header count bound (431), headers into an sg_header
  * list (scratch array, no allocation) and sg_request_from_header_list (400
  * naming the header), x-stargate-max-wait-ms (400), the algorithm
- * resolution (400 with its class), then route_start().  evhttp itself
- * enforces --max-body-bytes and --max-header-bytes (413).
+ * resolution (400 with its class), then route_start().  Before any of it,
+ * hostile() answers what evhttp lets through: an HTTP version other than
+ * 1.x (505), the target length (414), the header block and count (431),
+ * ambiguous framing and malformed fields (400); evhttp's own limits sit
+ * past --max-header-bytes and --max-body-bytes (413) as a last guard.
  *
- * Errors are ref §1.5 JSON: {"error":"<message>","code":"<class>"} with
- * x-stargate-error-code; the capacity 503 has the overloaded_error body.
+ * Errors are stargate-headers(7) JSON: {"error":"<message>","code":"<class>"}
+ * with x-stargate-error-code; the capacity 503 has the overloaded_error body.
  *
  * On the gateway edge (--role gateway and all) a routed request goes to
  * gateway.c instead, and the router's own errors reach the client without
- * x-stargate-error-code, the capacity 503 as 529 (ref §7.5).
+ * x-stargate-error-code, the capacity 503 as 529 (stargate-headers(7)).
  */
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -39,6 +42,7 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
@@ -68,6 +72,7 @@ http_reason(int status)
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
+	case 505: return "HTTP Version Not Supported";
 	case 529: return "Site Overloaded";
 	default: return status < 300 ? "OK" : "Error";
 	}
@@ -133,7 +138,7 @@ http_send_overloaded(struct evhttp_request *req)
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 
 	evhttp_remove_header(h, "x-stargate-error-code");
-	/* The gateway edge: a Stargate overload is 529 (ref §7.5). */
+	/* The gateway edge: a Stargate overload is 529 (stargate-headers(7)). */
 	if (proxy_self != NULL && proxy_self->gw_edge) {
 		send_body(req, 529, "application/json", overloaded_body,
 		    sizeof(overloaded_body) - 1);
@@ -342,6 +347,17 @@ hostile(proxy *p, struct evhttp_request *req)
 	struct evkeyval *kv;
 	size_t n = 0, bytes = 0, ncl = 0, nte = 0;
 
+	/* evhttp answers in the request's version: HTTP/1.x is answered as
+	 * 1.0 or 1.1, any other major version with 505 in HTTP/1.1. */
+	if (req->major != 1) {
+		req->major = 1;
+		req->minor = 1;
+		reject(req, 505, "http_version_not_supported",
+		    "only HTTP/1.0 and HTTP/1.1 are served");
+		return true;
+	}
+	if (req->minor > 1)
+		req->minor = 1;
 	if (uri != NULL && strlen(uri) > PROXY_MAX_TARGET) {
 		reject(req, 414, "uri_too_long",
 		    "the request target is longer than 8192 bytes");
@@ -381,7 +397,7 @@ hostile(proxy *p, struct evhttp_request *req)
 
 /* --- routed requests ------------------------------------------------------------ */
 
-/* x-stargate-max-wait-ms: trimmed u64, else 400 (ref §1.2). */
+/* x-stargate-max-wait-ms: trimmed u64, else 400 (stargate-headers(7)). */
 static int
 parse_budget(preq *q, struct evkeyvalq *in, sg_error *err)
 {
@@ -451,7 +467,7 @@ handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
 	route_start(q);
 }
 
-/* The endpoint label of a routed path (ref §1.1), or NULL. */
+/* The endpoint label of a routed path (stargate-headers(7)), or NULL. */
 static const char *
 routed_endpoint(const char *path)
 {

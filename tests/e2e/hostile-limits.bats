@@ -96,3 +96,32 @@ refused() {
 	run -0 grep -q '^HTTP/1.1 401 Unauthorized' <(tr -d '\r' <"$T/h")
 	[ "$(jq -r .error.code "$T/b")" = invalid_api_key ]
 }
+
+# status_line VERSION: the status line sg-proxy answers "GET /healthz VERSION".
+status_line() {
+	"$PY" - "$PROXY_PORT" "$1" <<'PYEOF'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"GET /healthz " + sys.argv[2].encode() + b"\r\nHost: x\r\n\r\n")
+data = b""
+try:
+    while b"\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+except socket.timeout:
+    pass
+print(data.split(b"\r\n")[0].decode("latin-1"))
+PYEOF
+}
+
+@test "HTTP version: 1.0 and 1.1 served as such, 1.7 answered as 1.1, 0.1 refused with 505 and 2.7 (which evhttp itself refuses) with 400, both in HTTP/1.1 (found by fuzz_proxy)" {
+	[ "$(status_line HTTP/1.1)" = "HTTP/1.1 200 OK" ]
+	[ "$(status_line HTTP/1.0)" = "HTTP/1.0 200 OK" ]
+	[ "$(status_line HTTP/1.7)" = "HTTP/1.1 200 OK" ]
+	run -0 status_line HTTP/0.1
+	[ "$output" = "HTTP/1.1 505 HTTP Version Not Supported" ]
+	run -0 status_line HTTP/2.7
+	[ "$output" = "HTTP/1.1 400 Bad Request" ]
+}
