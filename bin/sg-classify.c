@@ -1,9 +1,9 @@
 /*
  * sg-classify — show how Stargate sees an OpenAI request: its session
- * identity (SPEC.md §6 gateway stage, ref §7.1–§7.3), what the last-cluster
- * store remembers of its session, the routing request the gateway sends,
- * and, given a snapshot, the router's session classification (SPEC.md §4,
- * ref §5).
+ * identity (sg-proxy(8) gateway stage, stargate-headers(7)), what the
+ * last-cluster store remembers of its session, the routing request the gateway
+ * sends, and, given a snapshot, the router's session classification
+ * (stargate-lb-config(5)).
  *
  * Every rule here is the library's, the code sg-proxy runs:
  * sg_identity_parse() reads routing key and model, session source, cache
@@ -19,7 +19,7 @@
  * --store DIR looks the session up with sg_store_lookup_start(), the
  * event loop's lookup, with the lookup timeout and TTL of the
  * STARGATE_LAST_CLUSTER_* settings (sg_lcconf); --request prints the
- * routing request (SPEC.md §2.2 JSON) instead of the identity, for
+ * routing request (sg-route(1) JSON) instead of the identity, for
  * `sg-classify --store DIR --request body.json | sg-route -s snap`.
  *
  * Input: one body (file operand or stdin) with -H / --headers-file
@@ -574,7 +574,7 @@ pick_hint(struct run *r, const sg_identity *id, const sg_header *h, size_t nh,
 	return 0;
 }
 
-/* --request: the routing request, as sg-route reads it (SPEC.md §2.2). */
+/* --request: the routing request, as sg-route reads it (sg-route(1)). */
 static int
 emit_request(struct run *r, const sg_identity *id, const sg_header *h,
     size_t nh, const char *hint, const char *source, long line)

@@ -1,6 +1,6 @@
 /*
  * sg-route — pipe snapshots and routing requests through the libstargate
- * decision engine from a shell (SPEC.md §1, §2.2–§2.3, §3).
+ * decision engine from a shell (stargate(7)).
  *
  * One router lives for the whole run, so round-robin counters advance from
  * request to request exactly as in the proxy.  Three input shapes:

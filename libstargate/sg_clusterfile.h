@@ -1,8 +1,8 @@
 /*
  * sg_clusterfile.h — the cluster file of sg-proxy's router stage,
- * stargate-clusters(5) (SPEC.md §2.5): where each cluster is, the models it
- * serves, where and in which format its stats are read, and the values an
- * engine does not export.
+ * stargate-clusters(5) (stargate-clusters(5)): where each cluster is, the
+ * models it serves, where and in which format its stats are read, and the
+ * values an engine does not export.
  *
  * The codec is strict: unknown fields, wrong types, out-of-range values,
  * bad URLs and duplicate ids are SG_ECONFIG with a message naming the

@@ -41,7 +41,7 @@ enum {
 #define SG_PRIO_MAX		32	/* entries in queue_time_ms_by_priority */
 #define SG_MAX_CANDIDATES	4096	/* clusters in one snapshot */
 #define SG_MAX_EXCLUDED		4096	/* excluded cluster ids in a request */
-#define SG_MAX_WAIT_CAP_MS	60000	/* routing wait cap (ref §6.1) */
+#define SG_MAX_WAIT_CAP_MS	60000	/* routing wait cap (sg-proxy(8)) */
 #define SG_MAX_RECORD		(4u << 20)	/* bytes per JSON/NDJSON record */
 
 typedef struct sg_error {

@@ -1,5 +1,5 @@
 /*
- * sg_decision.c — the JSON form of a routing decision (SPEC.md §2.3) and
+ * sg_decision.c — the JSON form of a routing decision (sg-route(1)) and
  * the names of its enums.
  *
  * Field order is fixed: request_id, decision, then cluster_id, rank_depth,
@@ -11,9 +11,10 @@
  *   reject   phase, algorithm, status, code, reason (if any)
  *
  * phase is omitted for SG_PHASE_NONE and algorithm when NULL.  When the
- * request was classified (ref §5.2) session_state and promoted follow, and
- * a selection also says "selection": "primary" or "fallback" (ref §5.4);
- * a wait or a reject selects nothing, so it has no selection field.
+ * request was classified (stargate-lb-config(5)) session_state and promoted
+ * follow, and a selection also says "selection": "primary" or "fallback"
+ * (stargate-lb-config(5)); a wait or a reject selects nothing, so it has no
+ * selection field.
  */
 #include <math.h>
 

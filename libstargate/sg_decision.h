@@ -1,5 +1,5 @@
 /*
- * sg_decision.h — the outcome of one routing decision (SPEC.md §2.3).
+ * sg_decision.h — the outcome of one routing decision (sg-route(1)).
  *
  * A decision is a pure function of (router, snapshot, request, elapsed).
  * SG_DECIDE_WAIT returns the elapsed time at which to decide again; the
@@ -43,11 +43,11 @@ typedef struct sg_decision {
 	const char	*code;		/* "overloaded_error", "no_eligible_candidates",
 					   "input_work_limit_exceeded", ... (static) */
 	const char	*reason;	/* admission reason or NULL (static) */
-	/* Session rules (ref §5), set only when the request was classified. */
+	/* Session rules (stargate-lb-config(5)), set only when the request was classified. */
 	bool		 classified;
 	int		 session_state;	/* enum sg_session_state */
 	bool		 promoted;
-	bool		 primary;	/* selection: primary/fallback (ref §5.4) */
+	bool		 primary;	/* selection: primary/fallback (stargate-lb-config(5)) */
 } sg_decision;
 
 /*

@@ -1,8 +1,9 @@
 /*
  * sg_estimate.c — the derived quantities every load-aware algorithm reads
- * (ref §2.4, NEW semantics): free engine slot, queue delay, prefill, the two
- * TTFT flavours, queue admission capacity, the queue-SLO bound (ref §4.5.1)
- * and the power-of-n comparator scores (ref §4.4).
+ * (stargate-lb-config(5), NEW semantics): free engine slot, queue delay,
+ * prefill, the two TTFT flavours, queue admission capacity, the queue-SLO bound
+ * (stargate-lb-config(5)) and the power-of-n comparator scores
+ * (stargate-lb-config(5)).
  *
  * Everything here is a pure function of one cluster and the request: no
  * state, no allocation, no failure.  Infinities are values, not errors:

@@ -1,5 +1,5 @@
 /*
- * sg_fleet.c — fleet state (ref §2.3): published stats, the reservation
+ * sg_fleet.c — fleet state (sg-proxy(8)): published stats, the reservation
  * ledger and staleness of every cluster a router routes to.
  *
  * Each cluster keeps its published stats (pub), the sample time they were

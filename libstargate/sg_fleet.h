@@ -1,5 +1,5 @@
 /*
- * sg_fleet.h — the router's view of its clusters (ref §2.3): per cluster the
+ * sg_fleet.h — the router's view of its clusters (sg-proxy(8)): per cluster the
  * last published stats, their sample time, the ledger of pending routing
  * reservations, and staleness.
  *

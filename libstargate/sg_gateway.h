@@ -1,10 +1,10 @@
 /*
- * sg_gateway.h — the gateway's rules (SPEC.md §6 gateway stage, ref §1.2,
- * §7): from an OpenAI request's identity (sg_identity.h) to the routing
- * request the gateway sends the router as trusted headers, which sessions
- * may use the last-cluster store and under which key, which headers are the
- * gateway's own, and the optional-string rule every header value read by
- * Stargate follows.
+ * sg_gateway.h — the gateway's rules (sg-proxy(8) gateway stage,
+ * stargate-headers(7)): from an OpenAI request's identity (sg_identity.h) to
+ * the routing request the gateway sends the router as trusted headers, which
+ * sessions may use the last-cluster store and under which key, which headers
+ * are the gateway's own, and the optional-string rule every header value read
+ * by Stargate follows.
  *
  * sg-proxy's gateway stage and sg-classify both call these functions, so
  * the operator tool shows exactly what the daemon sends.  Everything here
@@ -27,11 +27,11 @@
 #include "sg_store.h"
 
 /*
- * The optional-string rule of ref §1.2, the one rule for every optional
- * header value (x-request-id, x-model, x-routing-key, x-cache-affinity-key,
- * x-stargate-last-cluster-id): a value that does not decode — not
- * well-formed UTF-8, or holding a control character (a byte below 0x20
- * other than HTAB, or 0x7f) — is absent; otherwise it is trimmed of white
+ * The optional-string rule of stargate-headers(7), the one rule for every
+ * optional header value (x-request-id, x-model, x-routing-key,
+ * x-cache-affinity-key, x-stargate-last-cluster-id): a value that does not
+ * decode — not well-formed UTF-8, or holding a control character (a byte below
+ * 0x20 other than HTAB, or 0x7f) — is absent; otherwise it is trimmed of white
  * space and a blank result is absent.  Never an error.  s may be NULL
  * (absent).  Returns true and sets *out, *out_len to the trimmed value
  * (inside s) when present; false otherwise (*out NULL, *out_len 0).
@@ -44,8 +44,8 @@ bool	sg_optional_string(const char *s, size_t len, const char **out,
 bool	sg_header_value_decodable(const char *s, size_t len);
 
 /*
- * True if the session of id may use the last-cluster store (proposal.md,
- * ref §7.4): its source is prompt_cache_key, conversation_id or the
+ * True if the session of id may use the last-cluster store (stargate(7),
+ * sg-lastcluster(1)): its source is prompt_cache_key, conversation_id or the
  * x-multi-turn-session-id header — never payload, whose key changes every
  * turn — and it has a model and a cache affinity key.
  */
@@ -128,7 +128,7 @@ bool	sg_gateway_inbound_owned(const char *name);
 
 /*
  * True if a response header of this name never reaches the client
- * (ref §7.5): every x-stargate-* and x-inference-server-* header.
+ * (stargate-headers(7)): every x-stargate-* and x-inference-server-* header.
  */
 bool	sg_gateway_response_stripped(const char *name);
 

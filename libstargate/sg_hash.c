@@ -1,5 +1,5 @@
 /*
- * sg_hash.c — the byte layout of every affinity hash (ref §0, §4.5.3, §4.6)
+ * sg_hash.c — the byte layout of every affinity hash (stargate(7))
  * and the decision PRNG.
  *
  * All hashes are XXH3-64 (seed 0) over a concatenation of tags:

@@ -1,6 +1,6 @@
 /*
  * sg_identity.c — session identity and input-token estimate of an
- * OpenAI-style request (ref §7.1–§7.3; SPEC.md §6 gateway stage).
+ * OpenAI-style request (stargate-headers(7); sg-proxy(8) gateway stage).
  *
  * Three independent readings of one body:
  *
@@ -15,7 +15,8 @@
  *    (Responses); its byte layout is jansson's (keys in input order), not the
  *    reference gateway's, which is harmless because payload keys change
  *    every turn and are never used for the last-cluster store;
- *  - the token estimate of ref §7.2.  A Responses body is first converted to
+ *  - the token estimate of stargate-headers(7).  A Responses body is first
+ *  converted to
  *    the chat form (instructions -> system message, input items -> messages,
  *    flat function tools -> chat tools) and counted by the chat formula, so
  *    the two endpoints cannot drift apart.  value_tokens() needs the length
@@ -118,7 +119,7 @@ sg_session_source_name(int source)
 	}
 }
 
-/* --- model id (ref §7.1) ----------------------------------------------- */
+/* --- model id (stargate-headers(7)) --------------------------------------- */
 
 static bool
 ishex(char c)
@@ -220,7 +221,7 @@ out:
 	return rc;
 }
 
-/* --- session ids and keys (ref §7.3) ------------------------------------ */
+/* --- session ids and keys (stargate-headers(7)) --------------------------- */
 
 const char *
 sg_identity_session_check(const char *s, size_t len)
@@ -553,7 +554,7 @@ sg_identity_json_len(const json_t *v)
 	return json_len_depth(v, 0);
 }
 
-/* --- token estimate (ref §7.2) ------------------------------------------ */
+/* --- token estimate (stargate-headers(7)) --------------------------------- */
 
 uint64_t
 sg_identity_text_tokens(size_t len)

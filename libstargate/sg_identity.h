@@ -1,7 +1,7 @@
 /*
- * sg_identity.h — the gateway's view of an OpenAI-style request (SPEC.md §6
- * gateway stage, ref §7.1–§7.3): who it is for (routing key and model from
- * the public model id "<routing_key>/<model>"), which chat session it
+ * sg_identity.h — the gateway's view of an OpenAI-style request (sg-proxy(8)
+ * gateway stage, stargate-headers(7)): who it is for (routing key and model
+ * from the public model id "<routing_key>/<model>"), which chat session it
  * belongs to (session source, session id, cache affinity key), whether that
  * session may use the last-cluster store, and the input-token estimate.
  *
@@ -23,7 +23,7 @@ enum sg_endpoint {
 	SG_ENDPOINT_EMBEDDINGS,		/* /v1/embeddings */
 };
 
-/* Where the session id came from (ref §7.3). */
+/* Where the session id came from (stargate-headers(7)). */
 enum sg_session_source {
 	SG_SOURCE_NONE = 0,		/* no session (completions, embeddings) */
 	SG_SOURCE_PROMPT_CACHE_KEY,	/* body "prompt_cache_key" */
@@ -50,7 +50,7 @@ typedef struct sg_identity {
 	char		*session_id;	/* raw id, or the payload key; NULL if none */
 	char		*cache_affinity_key; /* "mt:v1:..." or NULL if no session */
 	bool		 eligible;	/* may use the last-cluster store */
-	uint64_t	 input_tokens;	/* ref §7.2 estimate */
+	uint64_t	 input_tokens;	/* stargate-headers(7) estimate */
 } sg_identity;
 
 void	sg_identity_init(sg_identity *id);	/* all absent */
@@ -64,7 +64,7 @@ void	sg_identity_release(sg_identity *id);	/* free owned strings, then init */
  * (an API key's tenant): the model id must name the same key.
  *
  * Order (each failure is SG_EREQUEST with err->status 400, err->code
- * "invalid_request_error" and the message of ref §7.1/§7.3):
+ * "invalid_request_error" and the message of stargate-headers(7)):
  *  1. the model id: "model is required", "model must be a string",
  *     "model prefix is required", "routing key is required before model",
  *     "model suffix is required after routing key",
@@ -126,7 +126,7 @@ int	sg_identity_split_model(const char *model_id,
 const char *sg_identity_session_check(const char *s, size_t len);
 
 /*
- * Cache affinity key of data[0..len) under source src (ref §7.3):
+ * Cache affinity key of data[0..len) under source src (stargate-headers(7)):
  * "mt:v1:" + src + ":" + lowercase hex SHA-256(data).  Writes at most outsz
  * bytes including the NUL.  Returns 0, or SG_ERANGE when out is too small
  * (SG_AFFINITY_KEY_MAX is enough for any src up to 16 bytes).
@@ -139,15 +139,15 @@ int	sg_identity_affinity_key(char *out, size_t outsz, const char *src,
 bool	sg_identity_is_affinity_key(const char *s, size_t len);
 
 /*
- * The ref §7.2 input-token estimate of a body for endpoint into *out; model
- * is the routed model (per-model extras) and may be NULL.  Fields of the
- * wrong type count nothing.  Returns 0, SG_EINVAL (unknown endpoint, NULL
- * body) or SG_ENOMEM (a Responses body is converted to the chat form).
+ * The stargate-headers(7) input-token estimate of a body for endpoint into
+ * *out; model is the routed model (per-model extras) and may be NULL.  Fields
+ * of the wrong type count nothing.  Returns 0, SG_EINVAL (unknown endpoint,
+ * NULL body) or SG_ENOMEM (a Responses body is converted to the chat form).
  */
 int	sg_identity_tokens(int endpoint, const json_t *body, const char *model,
 	    uint64_t *out);
 
-/* ref §7.2 text_tokens: 0 for "", else 5 + ceil(len / 4). */
+/* stargate-headers(7) text_tokens: 0 for "", else 5 + ceil(len / 4). */
 uint64_t sg_identity_text_tokens(size_t len);
 
 /*

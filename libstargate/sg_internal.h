@@ -2,13 +2,15 @@
  * sg_internal.h — contracts between the library's decision modules.  Never
  * installed; programs must not include it (unit tests and sg-bench may).
  *
- *   sg_estimate.c   ref §2.4: free slot, queue delay, prefill, TTFT, capacity,
+ *   sg_estimate.c   stargate-lb-config(5): free slot, queue delay, prefill,
+ *   TTFT, capacity,
  *                   queue-SLO bound, comparator scores
  *   sg_hash.c       XXH3 tag layout, ring entry/key hashes, pulsar hash and
  *                   score, the decision PRNG
  *   sg_simple.c     random, round-robin, power-of-n, pulsar ranking/pulsar
- *   sg_waw.c        core selection (ref §4.5.2), wait-and-widen, the session
- *                   plan (ref §5), pulsar-wait-and-widen
+ *   sg_waw.c        core selection (stargate-lb-config(5)), wait-and-widen, the
+ *   session
+ *                   plan (stargate-lb-config(5)), pulsar-wait-and-widen
  *   sg_router.c     resolution, admission, deadlines, dispatch, explain
  */
 #ifndef SG_INTERNAL_H
@@ -48,7 +50,7 @@ sgi_snapshot_count(const sg_snapshot *s)
 	return s->n;
 }
 
-/* --- estimates (ref §2.4) ------------------------------------------------ */
+/* --- estimates (stargate-lb-config(5)) ------------------------------------ */
 
 /*
  * The per-candidate estimates are static inline: every decision loop calls
@@ -83,8 +85,8 @@ sgi_free_slot(const sg_cluster *c)
 }
 
 /*
- * Queue delay in ms, rules 1-3 of ref §2.4 (may be +inf).  Rule 2 reads
- * the entry at the largest key <= priority (keys are strictly ascending);
+ * Queue delay in ms, rules 1-3 of stargate-lb-config(5) (may be +inf).  Rule 2
+ * reads the entry at the largest key <= priority (keys are strictly ascending);
  * 0 when the request is more urgent than every published key.
  */
 static inline double
@@ -179,15 +181,16 @@ sgi_total_cmp(double a, double b)
 }
 
 /*
- * Queue-SLO bound (ref §4.5.1): returns false when inactive (floor or ceil
- * unset), else sets *max_queue_ms from wall elapsed and the request SLO.
+ * Queue-SLO bound (stargate-lb-config(5)): returns false when inactive (floor
+ * or ceil unset), else sets *max_queue_ms from wall elapsed and the request
+ * SLO.
  */
 bool	sgi_queue_slo(const sg_algdef *d, const sg_request *r,
 	    double elapsed_ms, double *max_queue_ms);
 /* Integer ms expected-queue header value; false when omitted. */
 bool	sgi_expected_queue_ms(const sg_cluster *c, uint32_t priority,
 	    uint64_t *ms);
-/* Score under a comparator (§4.4; request tokens unscaled, lower is better).
+/* Score under a comparator (request tokens unscaled, lower is better).
  * SG_CMP_NUM_QUEUED returns (double)queued. */
 double	sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
 	    uint32_t priority);
@@ -195,7 +198,7 @@ double	sgi_score(int comparator, const sg_cluster *c, uint64_t tokens,
 /* --- hashing and randomness --------------------------------------------- */
 
 /*
- * Hash state for the tag layout of ref §0: tag(name, value) = name bytes,
+ * Hash state for the tag layout of stargate(7): tag(name, value) = name bytes,
  * 0xFF, len(value) as 8-byte little-endian, value bytes.  Buffers are fixed
  * size; values longer than SG_ID_MAX are truncated by callers' validation
  * (ids, seeds and keys are bounded before they get here).
@@ -225,7 +228,7 @@ void	 sgi_hb_prepare(sgi_hashbuf *h);
 /* XXH3_64bits(h's bytes ‖ tail[0..n)), seed 0; faster once prepared. */
 uint64_t sgi_hb_xxh3_tail(const sgi_hashbuf *h, const void *tail, size_t n);
 
-/* prefix = 0x01 ‖ tag("seed") ‖ tag("routing_key") ‖ tag("model_id") (§4.5.3) */
+/* prefix = 0x01 ‖ tag("seed") ‖ tag("routing_key") ‖ tag("model_id") */
 void	 sgi_ring_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
 uint64_t sgi_ring_entry_hash(const sgi_hashbuf *prefix, const char *id,
 	    size_t id_len, uint64_t vnode);
@@ -235,7 +238,7 @@ uint64_t sgi_ring_key_hash(const sgi_hashbuf *prefix, const char *key,
  * out[]; fastest after sgi_hb_prepare() (the shared blocks are mixed once). */
 void	 sgi_ring_entry_hashes(const sgi_hashbuf *prefix, const char *id,
 	    size_t id_len, uint64_t v0, size_t nv, uint64_t *out);
-/* prefix ‖ tag("cache_affinity_key", key or "") for pulsar (§4.6) */
+/* prefix ‖ tag("cache_affinity_key", key or "") for pulsar */
 void	 sgi_pulsar_prefix(sgi_hashbuf *h, const sg_algdef *d, const sg_request *r);
 uint64_t sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id,
 	    size_t id_len);
@@ -243,7 +246,7 @@ uint64_t sgi_pulsar_hash(const sgi_hashbuf *prefix, const char *id,
  * (memcpy); fastest after sgi_hb_prepare(). */
 void	 sgi_pulsar_hashes(const sgi_hashbuf *prefix, const sg_cluster *c,
 	    size_t n, double *bits);
-/* score = weight / -ln(u); false when unranked (§4.6). */
+/* score = weight / -ln(u); false when unranked. */
 bool	 sgi_pulsar_score(uint64_t h, double weight, double *score);
 /* The cluster's pulsar weight under the definition's mode; false if invalid. */
 static inline bool
@@ -412,7 +415,7 @@ int	sgi_wait_and_widen(sgi_ctx *x, sg_decision *out);
 int	sgi_pulsar_waw(sgi_ctx *x, sg_decision *out);
 
 /*
- * Pulsar ranking (§4.6): fill order[] with the indices of ranked clusters,
+ * Pulsar ranking: fill order[] with the indices of ranked clusters,
  * descending score, ties by cluster_id ascending; return the count.  Used by
  * pulsar, pulsar-wait-and-widen and input-work admission.
  */
@@ -461,7 +464,7 @@ void	sgi_sort_keys(size_t *a, size_t *tmp, size_t n);
 /* The KV part of pulsar feasibility: 0 room, 2 KV skip. */
 int	sgi_pulsar_kv_room(const sgi_ctx *x, size_t i);
 
-/* Pulsar feasibility (§4.6): 0 eligible, 1 retry-excluded, 2 KV skip. */
+/* Pulsar feasibility: 0 eligible, 1 retry-excluded, 2 KV skip. */
 static inline int
 sgi_pulsar_feasible(const sgi_ctx *x, size_t i)
 {

@@ -1,6 +1,6 @@
 /*
  * sg_lbconf.c — lb-config.json: parsing, validation and per-request
- * resolution of algorithm definitions (SPEC.md §2.4, ref §3.1–§3.5).
+ * resolution of algorithm definitions (stargate-lb-config(5)).
  *
  * A configuration is flattened into one array of definitions (sg_algdef,
  * every default applied) and a few index tables that point into it:
@@ -103,7 +103,7 @@ memeq(const char *s, size_t len, const char *lit)
 	return strlen(lit) == len && memcmp(s, lit, len) == 0;
 }
 
-/* Exact, case-sensitive match of canonical names and aliases (ref §3.3). */
+/* Exact, case-sensitive match of canonical names and aliases (stargate-lb-config(5)). */
 int
 sg_algorithm_parse(const char *name, size_t len, int *alg)
 {
@@ -236,7 +236,7 @@ subloc(char *dst, const char *parent, const char *key, size_t keylen)
 
 /* --- definitions ----------------------------------------------------------- */
 
-/* Every default of ref §3.4 for alg. */
+/* Every default of stargate-lb-config(5) for alg. */
 static void
 def_init(sg_algdef *d, int alg)
 {
@@ -274,7 +274,7 @@ add_def(sg_lbconf *c, const sg_algdef *d, int *id)
 	return 0;
 }
 
-/* --- detailed-object fields (ref §3.4) ------------------------------------- */
+/* --- detailed-object fields (stargate-lb-config(5)) ----------------------- */
 
 enum ftype { FT_BOOL, FT_UINT, FT_U64, FT_F64, FT_STR, FT_CMP, FT_WEIGHT,
     FT_MAP };
@@ -1080,7 +1080,7 @@ sg_lbconf_parse(sg_lbconf **out, const char *text, size_t len,
 		}
 	}
 
-	/* default: a name only (ref §3.2). */
+	/* default: a name only (stargate-lb-config(5)). */
 	if ((v = json_object_get(root, "default")) != NULL) {
 		char sh[LB_SHOW_MAX + 4];
 		int alg;
@@ -1190,8 +1190,8 @@ out:
 }
 
 /*
- * The permissive default (ref §3.1): power-of-n with defaults, and every
- * other built-in algorithm (defaults) allowed as a request override.
+ * The permissive default (stargate-lb-config(5)): power-of-n with defaults, and
+ * every other built-in algorithm (defaults) allowed as a request override.
  * power-of-n itself resolves to the default definition (rule 1).
  */
 int
@@ -1249,7 +1249,7 @@ sg_lbconf_def(const sg_lbconf *c, size_t id)
 	return &c->defs[id];
 }
 
-/* --- public: resolution (ref §3.5) ------------------------------------------ */
+/* --- public: resolution (stargate-lb-config(5)) --------------------------- */
 
 static const struct lbmodel *
 find_model(const sg_lbconf *c, const char *model)

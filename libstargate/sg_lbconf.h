@@ -1,5 +1,5 @@
 /*
- * sg_lbconf.h — lb-config.json (SPEC.md §2.4, ref §3.1–§3.5).
+ * sg_lbconf.h — lb-config.json (stargate-lb-config(5)).
  *
  * A parsed configuration is a set of algorithm definitions (sg_algdef), each
  * with a small integer id so that a router can keep per-definition state
@@ -35,7 +35,7 @@ enum sg_weight {
 	SG_WEIGHT_LAST_MEAN_INPUT_TPS,
 };
 
-/* One algorithm definition with every default applied (ref §3.4). */
+/* One algorithm definition with every default applied (stargate-lb-config(5)). */
 typedef struct sg_algdef {
 	unsigned	id;		/* 0..sg_lbconf_ndefs()-1 */
 	int		algorithm;	/* enum sg_algorithm */
@@ -76,8 +76,8 @@ typedef struct sg_lbconf sg_lbconf;
 
 /*
  * Parse lb-config.json text.  source names the input in messages.  Every
- * rule and message of ref §3.2–§3.4, plus last_cluster_affinity (accepted for
- * wait-and-widen and pulsar-wait-and-widen only; elsewhere
+ * rule and message of stargate-lb-config(5), plus last_cluster_affinity
+ * (accepted for wait-and-widen and pulsar-wait-and-widen only; elsewhere
  * "<alg> config does not support field(s): last_cluster_affinity").
  * Routing expressions are out of scope.  Returns 0, SG_ECONFIG (every
  * problem with the file or its content, including a file that cannot be
@@ -87,7 +87,7 @@ typedef struct sg_lbconf sg_lbconf;
 int	sg_lbconf_parse(sg_lbconf **out, const char *text, size_t len,
 	    const char *source, sg_error *err);
 int	sg_lbconf_load(sg_lbconf **out, const char *path, sg_error *err);
-/* The permissive default (ref §3.1): power-of-n, every algorithm allowed. */
+/* The permissive default (stargate-lb-config(5)): power-of-n, every algorithm allowed. */
 int	sg_lbconf_default(sg_lbconf **out, sg_error *err);
 void	sg_lbconf_free(sg_lbconf *c);		/* NULL is a no-op */
 
@@ -96,17 +96,17 @@ size_t	sg_lbconf_ndefs(const sg_lbconf *c);
 const sg_algdef *sg_lbconf_def(const sg_lbconf *c, size_t id);
 
 /*
- * Resolve the definition for a request (ref §3.5): model's configured
- * algorithm when routing_method is NULL, else the normalised override.
- * Failures return SG_EREQUEST with err->status 400 and err->code one of
- * "unknown_method", "unavailable", "malformed_expression" (a value with ';'
+ * Resolve the definition for a request (stargate-lb-config(5)): model's
+ * configured algorithm when routing_method is NULL, else the normalised
+ * override. Failures return SG_EREQUEST with err->status 400 and err->code one
+ * of "unknown_method", "unavailable", "malformed_expression" (a value with ';'
  * parameters).  method_invalid means the header did not decode.
  */
 int	sg_lbconf_resolve(const sg_lbconf *c, const char *model,
 	    const char *routing_method, bool method_invalid,
 	    const sg_algdef **out, sg_error *err);
 
-/* Canonical names and aliases (ref §3.3).  Returns 0 or SG_EINVAL. */
+/* Canonical names and aliases (stargate-lb-config(5)).  Returns 0 or SG_EINVAL. */
 int	sg_algorithm_parse(const char *name, size_t len, int *alg);
 const char *sg_algorithm_name(int alg);		/* canonical */
 const char *sg_comparator_name(int cmp);	/* "ttft", ...; NULL for NONE */

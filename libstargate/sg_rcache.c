@@ -1,6 +1,6 @@
 /*
- * sg_rcache.c — the router's pulsar ranking cache (ref §4.6: rankings are
- * cached per affinity key, transparently).
+ * sg_rcache.c — the router's pulsar ranking cache (stargate-lb-config(5):
+ * rankings are cached per affinity key, transparently).
  *
  * A pulsar ranking depends on exactly three things: the hash prefix (0x01,
  * the definition's seed, routing key, model and cache-affinity key, as

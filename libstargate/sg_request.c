@@ -1,6 +1,6 @@
 /*
- * sg_request.c — a routing request: its JSON form (SPEC.md §2.2) and its
- * HTTP header form (ref §1.2).
+ * sg_request.c — a routing request: its JSON form (sg-route(1)) and its
+ * HTTP header form (stargate-headers(7)).
  *
  * sg_request holds borrowed pointers.  The parsers copy every string they
  * keep into a small arena owned by the request (struct sg_request_store):
@@ -166,7 +166,7 @@ sg_session_state_name(int state)
 	}
 }
 
-/* --- JSON form (SPEC.md §2.2) --------------------------------------------- */
+/* --- JSON form (sg-route(1)) --------------------------------------------- */
 
 /* Where a string field of the JSON form lands. */
 enum strfield {
@@ -360,7 +360,7 @@ ms_json(double v)
 }
 
 /*
- * Fields in the order of SPEC.md §2.2; absent strings and limits are
+ * Fields in the order of sg-route(1); absent strings and limits are
  * omitted, input_tokens, priority and elapsed_ms are always written.
  * Strings must be UTF-8 (the parsers guarantee it); NULL on failure.
  */
@@ -410,11 +410,11 @@ sg_request_to_json(const sg_request *r)
 	return o;
 }
 
-/* --- header form (ref §1.2) ----------------------------------------------- */
+/* --- header form (stargate-headers(7)) ------------------------------------ */
 
 /*
- * The header names the parser reads.  Besides ref §1.2's headers it accepts
- * two conveniences for sg-route, which a proxy never receives:
+ * The header names the parser reads.  Besides stargate-headers(7)'s headers it
+ * accepts two conveniences for sg-route, which a proxy never receives:
  *   x-stargate-excluded-cluster-ids: A, B   cluster ids excluded by earlier
  *       attempts (comma-separated, each trimmed, blanks skipped; repeated
  *       lines accumulate; undecodable = absent; more than SG_MAX_EXCLUDED
@@ -641,7 +641,8 @@ collect(sg_request *r, struct hval *v, const sg_header *h, size_t n,
 	return 0;
 }
 
-/* x-routing-method: the field value as received, for resolution (ref §3.5),
+/* x-routing-method: the field value as received, for resolution
+ * (stargate-lb-config(5)),
  * which normalizes and rejects blank or unknown names. */
 static int
 routing_method(sg_request *r, const struct hval *h, sg_error *err)
@@ -668,7 +669,7 @@ required(const void *p, bool has, const char *name, sg_error *err)
 	    name);
 }
 
-/* ref §1.2 order: request id, input tokens, model, method, numerics. */
+/* stargate-headers(7) order: request id, input tokens, model, method, numerics. */
 static int
 validate(sg_request *r, const struct hval *v, sg_error *err)
 {

@@ -1,5 +1,5 @@
 /*
- * sg_request.h — a routing request (SPEC.md §2.2, ref §1.2).
+ * sg_request.h — a routing request (sg-route(1), stargate-headers(7)).
  *
  * The struct holds borrowed pointers so that hot callers (the simulator, the
  * proxy) can fill it without allocating.  The parsers (JSON and header form)
@@ -13,7 +13,8 @@
 
 #include "sg_common.h"
 
-/* Session classification (ref §5.2).  UNCLASSIFIED until the first decision
+/* Session classification (stargate-lb-config(5)).  UNCLASSIFIED until the first
+ * decision
  * that applies the last-cluster rules; then kept for the request's life. */
 enum sg_session_state {
 	SG_SESSION_UNCLASSIFIED = 0,
@@ -30,7 +31,7 @@ typedef struct sg_request {
 	const char	*model;
 	const char	*cache_affinity_key;
 	const char	*routing_method;	/* x-routing-method as received */
-	bool		 routing_method_invalid; /* header not decodable (ref §3.5) */
+	bool		 routing_method_invalid; /* header not decodable (stargate-lb-config(5)) */
 	const char	*last_cluster_id;	/* the hint (x-stargate-last-cluster-id) */
 	const char *const *excluded;		/* cluster ids excluded by earlier attempts */
 	size_t		 nexcluded;
@@ -52,7 +53,7 @@ void	sg_request_init(sg_request *r);		/* all absent, state unclassified */
 void	sg_request_release(sg_request *r);	/* free owned storage, then init */
 
 /*
- * Parse the JSON form (SPEC.md §2.2).  Strict: unknown fields and wrong types
+ * Parse the JSON form (sg-route(1)).  Strict: unknown fields and wrong types
  * are SG_EINVAL naming the field.  Blank strings are absent.  Required:
  * request_id, model, input_tokens.  r is released first.
  */
@@ -60,7 +61,7 @@ int	sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err);
 
 /*
  * Parse a header list h[0..n) (sg_header of sg_common.h: NUL-terminated
- * name and raw value) by the rules of ref §1.2.  Names are matched
+ * name and raw value) by the rules of stargate-headers(7).  Names are matched
  * case-insensitively; a name that appears twice keeps
  * its first value, as an HTTP server's "get" does, except
  * x-stargate-excluded-cluster-ids, whose values accumulate.  Values lose the
@@ -68,9 +69,9 @@ int	sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err);
  * trimmed and blank or undecodable values (invalid UTF-8, a control byte
  * other than HTAB) are absent; numeric headers that are
  * present but not a base-10 unsigned integer of the target width are a
- * 400.  The order of validation is ref §1.2's, whatever the list order.
- * x-stargate-last-cluster-id uses the optional-string rule and is never an
- * error.  Unknown headers are ignored (they belong to the body's upstream).
+ * 400.  The order of validation is stargate-headers(7)'s, whatever the list
+ * order. x-stargate-last-cluster-id uses the optional-string rule and is never
+ * an error.  Unknown headers are ignored (they belong to the body's upstream).
  * On a request error returns SG_EREQUEST with err->status = 400 and a
  * message naming the header; SG_EINVAL for a NULL array with n > 0 or an
  * entry with a NULL name (a NULL value is an empty one).  Strings are

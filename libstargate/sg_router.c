@@ -2,12 +2,11 @@
  * sg_router.c — one routing decision: resolve the algorithm definition,
  * check the request against it, refuse what cannot be routed, apply
  * input-work admission, run the algorithm, and turn its answer into a
- * decision under the routing deadlines (SPEC.md §3, ref §3.5, §4.8,
- * §6.1–§6.2).
+ * decision under the routing deadlines (stargate-lb-config(5)).
  *
  * The router is the only owner of mutable routing state: one round-robin
  * counter per algorithm definition (a header override that resolves to the
- * same definition shares it, ref §4.3) and the scratch memory the
+ * same definition shares it, stargate-lb-config(5)) and the scratch memory the
  * algorithms work in (grown to the largest snapshot seen, never shrunk, so
  * a decision allocates nothing in steady state).  Everything else is a pure
  * function of (router seed, definition, snapshot, request, elapsed).
@@ -293,8 +292,8 @@ reject(sg_decision *out, int status, const char *code, const char *reason)
 }
 
 /*
- * Input-work admission (ref §4.8).  Returns the rejection reason, or NULL
- * when admitted.
+ * Input-work admission (stargate-lb-config(5)).  Returns the rejection reason,
+ * or NULL when admitted.
  */
 static const char *
 admission(sgi_ctx *x)
@@ -346,7 +345,7 @@ poll_delay(const sgi_ctx *x)
 	    sgi_rng_below(&g, POLL_MAX_MS - POLL_MIN_MS + 1));
 }
 
-/* Apply the wait deadline and the poll rule (ref §6.1–§6.2) to out. */
+/* Apply the wait deadline and the poll rule (sg-proxy(8)) to out. */
 static void
 deadlines(const sgi_ctx *x, sg_decision *out)
 {

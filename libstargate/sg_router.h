@@ -1,6 +1,6 @@
 /*
  * sg_router.h — the decision engine: one routing decision for one request
- * against one snapshot (SPEC.md §3, ref §4, §5, §6.1–§6.2).
+ * against one snapshot (stargate-lb-config(5)).
  *
  * A router borrows an sg_lbconf and owns the only mutable routing state:
  * one round-robin counter per algorithm definition, and scratch memory sized
@@ -64,13 +64,15 @@ int	sg_router_set_ring_cache_bytes(sg_router *rt, size_t bytes);
 
 /*
  * Decide where req goes at elapsed_ms since it arrived:
- *  1. resolve the definition (ref §3.5) and check require_cache_affinity_key
+ *  1. resolve the definition (stargate-lb-config(5)) and check
+ *  require_cache_affinity_key
  *     (request errors: SG_EREQUEST, err->status 400, nothing decided);
  *  2. empty snapshot -> reject 404 no_eligible_candidates; every candidate
  *     excluded -> reject 503 overloaded_error;
- *  3. input-work admission (ref §4.8) -> reject 503 with reason;
- *  4. the algorithm, with the session rules when they apply (ref §5);
- *  5. deadlines (ref §6.1–§6.2): a wait never rechecks past the wait
+ *  3. input-work admission (stargate-lb-config(5)) -> reject 503 with reason;
+ *  4. the algorithm, with the session rules when they apply
+ *  (stargate-lb-config(5));
+ *  5. deadlines (sg-proxy(8)): a wait never rechecks past the wait
  *     deadline (min(max_wait_ms, 60000), 60000 without it); a wait at or
  *     past the deadline, or an unavailable result, is reject 503
  *     overloaded_error — unless max_wait_ms is present and not reached, in
@@ -82,7 +84,7 @@ int	sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 	    double elapsed_ms, sg_decision *out, sg_error *err);
 
 /*
- * The candidate table behind a decision (SPEC.md §2.3 --explain), as a new
+ * The candidate table behind a decision (sg-route(1) --explain), as a new
  * JSON object: {"algorithm", "x_ms", "scale", "session": {"state",
  * "promoted", "last_cluster_id"}, "original_order": [ids],
  * "effective_order": [ids], "affinity_group": [ids], "open_set": [ids],

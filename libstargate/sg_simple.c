@@ -1,5 +1,5 @@
 /*
- * sg_simple.c — the algorithms without phases (ref §4.2–§4.4, §4.6):
+ * sg_simple.c — the algorithms without phases (stargate-lb-config(5)):
  * random, round-robin, power-of-n and pulsar (weighted rendezvous), plus the
  * pulsar ranking and feasibility shared with pulsar-wait-and-widen and
  * input-work admission.

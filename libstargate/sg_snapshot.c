@@ -1,5 +1,5 @@
 /*
- * sg_snapshot.c — the routing state of one routing target (SPEC.md §2.1):
+ * sg_snapshot.c — the routing state of one routing target (sg-route(1)):
  * an ordered array of clusters plus an id index.
  *
  * The snapshot owns a growable array of sg_cluster copies (candidate order is
@@ -22,13 +22,13 @@
  * adopts the source's nonce).  Distinct lists collide with probability
  * about 2^-64, and ids cannot be chosen to collide without the nonce.
  *
- * sg_snapshot_reserve() applies one pending routing reservation (ref §2.3):
+ * sg_snapshot_reserve() applies one pending routing reservation (sg-proxy(8)):
  * saturating counters, and the priority-map update.  It never allocates.
  *
- * The JSON codec is strict (SPEC.md §2): unknown fields, wrong types,
+ * The JSON codec is strict (sg-route(1)): unknown fields, wrong types,
  * negative counts and out-of-range values are SG_EINVAL with a message
  * naming the field path ("clusters[1].runing: unknown field").  A missing
- * numeric field is "unknown" = 0, exactly as in ref §2.
+ * numeric field is "unknown" = 0, exactly as in stargate-lb-config(5).
  */
 #include <sys/random.h>
 
@@ -342,7 +342,7 @@ sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src)
 	return 0;
 }
 
-/* --- reservations (ref §2.3) ---------------------------------------------- */
+/* --- reservations (sg-proxy(8)) ------------------------------------------- */
 
 static uint64_t
 sat_add(uint64_t a, uint64_t b)
@@ -698,7 +698,7 @@ ms_out(double v)
 }
 
 /*
- * Every field is written (zeros included), in the order of SPEC.md §2.1, so
+ * Every field is written (zeros included), in the order of sg-route(1), so
  * sg_cluster_from_json(sg_cluster_to_json(c)) == c for any cluster the
  * codec accepts.
  */

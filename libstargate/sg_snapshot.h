@@ -1,11 +1,11 @@
 /*
- * sg_snapshot.h — the routing state of one routing target (SPEC.md §2.1,
- * ref §2.2–§2.4): an ordered list of clusters with their load figures.
+ * sg_snapshot.h — the routing state of one routing target (sg-route(1),
+ * stargate-lb-config(5)): an ordered list of clusters with their load figures.
  *
  * sg_cluster is a plain struct: the simulator and the proxy fill it from
- * their own sources.  A missing JSON field is "unknown" exactly as in ref §2:
- * 0 for counts, capacities and rates (a rate <= 0 or not finite is invalid),
- * 0 ms for rtt.  The snapshot owns copies of its clusters.
+ * their own sources.  A missing JSON field is "unknown" exactly as in
+ * stargate-lb-config(5): 0 for counts, capacities and rates (a rate <= 0 or not
+ * finite is invalid), 0 ms for rtt.  The snapshot owns copies of its clusters.
  */
 #ifndef SG_SNAPSHOT_H
 #define SG_SNAPSHOT_H
@@ -22,7 +22,7 @@ typedef struct sg_cluster {
 	uint64_t	running;		/* includes pending reservations */
 	uint64_t	queued;			/* queue_size */
 	uint64_t	queued_input_tokens;	/* queued_input_size */
-	uint64_t	total_input_tokens;	/* informational (ref §2.3) */
+	uint64_t	total_input_tokens;	/* informational (sg-proxy(8)) */
 	double		last_mean_input_tps;	/* valid iff > 0 and finite */
 	double		max_input_tps;		/* 0 = absent; valid iff > 0 and finite */
 	uint64_t	kv_capacity_tokens;
@@ -79,7 +79,7 @@ uint64_t	 sg_snapshot_ids_version(const sg_snapshot *s);
 int	sg_snapshot_copy(sg_snapshot *dst, const sg_snapshot *src);
 
 /*
- * Apply one pending routing reservation to cluster i (ref §2.3):
+ * Apply one pending routing reservation to cluster i (sg-proxy(8)):
  * queued += 1, queued_input_tokens += tokens, running += 1,
  * total_input_tokens += tokens (saturating), and the priority-map update.
  */

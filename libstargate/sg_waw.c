@@ -1,18 +1,19 @@
 /*
- * sg_waw.c — wait-and-widen (ref §4.5), pulsar-wait-and-widen (ref §4.7.1,
- * the NEW algorithm, without the eligible-primary shortcut) and the
- * session plan of last_cluster_affinity (ref §5).
+ * sg_waw.c — wait-and-widen (stargate-lb-config(5)), pulsar-wait-and-widen
+ * (stargate-lb-config(5), the NEW algorithm, without the eligible-primary
+ * shortcut) and the session plan of last_cluster_affinity
+ * (stargate-lb-config(5)).
  *
  * Both algorithms share one model: an affinity phase over a small ordered
  * group (the hash ring's walk for wait-and-widen, the first k ranks of the
  * pulsar ranking for pulsar-wait-and-widen), a hold of X ms, then a widening
- * phase.  Every phase is the same "core selection" (ref §4.5.2) over a
- * subset of the candidates: drop clusters over the queue SLO, unlock TTFT
+ * phase.  Every phase is the same "core selection" (stargate-lb-config(5)) over
+ * a subset of the candidates: drop clusters over the queue SLO, unlock TTFT
  * buckets as time passes (each bucket costs gap * f ms of waiting, where the
  * gap is measured from the start of the current bucket), keep the unlocked
  * clusters with queue capacity, sample n of them and take the best under the
  * comparator.  A phase answers Selected, Wait(d) or Unavailable, and the
- * algorithms combine the answers exactly as ref §4.5.4 and §4.7.1 say.
+ * algorithms combine the answers exactly as stargate-lb-config(5) say.
  *
  * The session plan runs between building the affinity order and the first
  * phase: it classifies the request once (new / stale / returning, kept in
@@ -67,7 +68,7 @@ struct waw {
 	json_t		*cands;		/* --explain candidate table, or NULL */
 };
 
-/* The session plan of one decision (ref §5). */
+/* The session plan of one decision (stargate-lb-config(5)). */
 struct plan {
 	bool		 applies;	/* the request is classified */
 	int		 state;
@@ -275,7 +276,7 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 #endif
 }
 
-/* --- core selection (ref §4.5.2) ------------------------------------------ */
+/* --- core selection (stargate-lb-config(5)) ------------------------------- */
 
 /* The sample comparator's value for candidate i (lower is better). */
 static double
@@ -592,7 +593,7 @@ sample:
 	res->sel = best;
 }
 
-/* --- the consistent-hash affinity group (ref §4.5.3) ---------------------- */
+/* --- the consistent-hash affinity group (stargate-lb-config(5)) ----------- */
 
 /* Ring entries a before b: hash, then cluster id, then candidate index. */
 static int
@@ -691,8 +692,8 @@ fresh_mark(sgi_scratch *s)
 }
 
 /*
- * The reference: the ring of ref §4.5.3 built, sorted by (hash, cluster
- * id, index) and walked from the first entry with hash >= kh, wrapping,
+ * The reference: the ring of stargate-lb-config(5) built, sorted by (hash,
+ * cluster id, index) and walked from the first entry with hash >= kh, wrapping,
  * collecting m distinct candidates.  Allocates (test hook only); returns 0
  * when it cannot.
  */
@@ -1366,7 +1367,7 @@ onepass:
 	return group_onepass(w, &prefix, kh, V, m, group);
 }
 
-/* --- the session plan (ref §5) -------------------------------------------- */
+/* --- the session plan (stargate-lb-config(5)) ----------------------------- */
 
 /*
  * Classify (once per request) and fill p.  applies is false when the rules
@@ -1440,7 +1441,7 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 		w->x->req->session_promoted = p->promoted;
 }
 
-/* The plan's decision fields (ref §5.4). */
+/* The plan's decision fields (stargate-lb-config(5)). */
 static void
 plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 {
@@ -1590,7 +1591,7 @@ explain_plan(struct waw *w, const struct plan *p, const size_t *orig,
 
 /* --- setup ---------------------------------------------------------------- */
 
-/* A cache-affinity key is present (blank is absent, ref §1.2). */
+/* A cache-affinity key is present (blank is absent, stargate-headers(7)). */
 static bool
 has_key(const sg_request *r)
 {
@@ -1624,7 +1625,7 @@ min_wait(bool *have, double *acc, double v)
 	*have = true;
 }
 
-/* --- wait-and-widen (ref §4.5.4) ------------------------------------------ */
+/* --- wait-and-widen (stargate-lb-config(5)) ------------------------------- */
 
 int
 sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
@@ -1713,7 +1714,7 @@ done:
 	return 0;
 }
 
-/* --- pulsar-wait-and-widen (ref §4.7.1) ----------------------------------- */
+/* --- pulsar-wait-and-widen (stargate-lb-config(5)) ------------------------ */
 
 /* 1-based position of candidate c in order[0..n), and whether an earlier
  * rank was a KV skip. */

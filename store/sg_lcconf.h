@@ -1,9 +1,9 @@
 /*
  * sg_lcconf.h — the settings of the last-cluster feature: the four
- * STARGATE_LAST_CLUSTER_* variables of the reference gateway (ref §7.4)
- * plus STARGATE_LAST_CLUSTER_STORE (SPEC.md §5, §6), with their defaults,
- * their parsing and the messages that name them.  sg-proxy and
- * sg-lastcluster read the same variables through this one module, so a
+ * STARGATE_LAST_CLUSTER_* variables of the reference gateway
+ * (sg-lastcluster(1)) plus STARGATE_LAST_CLUSTER_STORE (sg-lastcluster(1)),
+ * with their defaults, their parsing and the messages that name them.  sg-proxy
+ * and sg-lastcluster read the same variables through this one module, so a
  * value means the same thing to both and is refused by both alike.
  *
  * The library never reads the environment: the program hands over a

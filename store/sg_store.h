@@ -1,6 +1,6 @@
 /*
  * sg_store.h — the last-cluster store: for each chat session, the cluster
- * that served its last request (SPEC.md §5, ref §7.4).
+ * that served its last request (sg-lastcluster(1)).
  *
  * Keys are derived, never raw: sg_lc_key() hashes the routing key, the model
  * and the cache affinity key into "lc:v1:" + 64 lowercase hex digits, so no
@@ -83,7 +83,7 @@ bool	sg_lc_cluster_id_valid(const char *id, size_t len);
 
 typedef struct sg_store sg_store;
 
-/* Defaults (SPEC.md §5, §6). */
+/* Defaults (sg-lastcluster(1)). */
 #define SG_STORE_DEFAULT_TTL_MS		600000ULL	/* 10 minutes */
 #define SG_STORE_DEFAULT_MAX_ENTRIES	100000ULL
 #define SG_STORE_DEFAULT_MAP_SIZE	(64ULL << 20)	/* initial, grows */

@@ -185,8 +185,9 @@ ms_json(double v)
 }
 
 /*
- * The state a fresh replay of this record would classify (ref §5.2): the
- * hint absent -> new, not in the view -> stale, else returning.
+ * The state a fresh replay of this record would classify
+ * (stargate-lb-config(5)): the hint absent -> new, not in the view -> stale,
+ * else returning.
  */
 static int
 replay_state(const sg_snapshot *snap, const sg_request *req)

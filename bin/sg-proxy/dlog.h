@@ -1,5 +1,5 @@
 /*
- * dlog.h — the decision log of sg-proxy (SPEC.md §6 "Decision log").
+ * dlog.h — the decision log of sg-proxy (sg-proxy(8) "Decision log").
  *
  * --decision-log FILE appends one NDJSON record per routing decision:
  *
@@ -27,7 +27,8 @@
  *    record).  A sample below 1 makes round-robin replays approximate:
  *    once a round-robin selection went unlogged (sampled out, dropped),
  *    every later round-robin record says "replay_exact": false.
- *  - the session classification (ref §5.2) is made by a request's first
+ *  - the session classification (stargate-lb-config(5)) is made by a request's
+ *  first
  *    decision and kept for its later ones; a fresh replay classifies every
  *    record again.  When the hint's presence in the view changed between
  *    decisions of one request, the record says "replay_exact": false.

@@ -1,6 +1,6 @@
 /*
  * forward.c — one upstream attempt of a routed request, and the request
- * context's life (ref §1.3, §1.4, §2.3, §6.3; SPEC.md §6).
+ * context's life (stargate-headers(7); sg-proxy(8)).
  *
  * Upstream client: the native HTTP/1.1 client (h1.c, the default) or
  * libcurl multi (upstream.c, --upstream-client curl); the attempt logic

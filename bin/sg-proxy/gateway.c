@@ -1,6 +1,6 @@
 /*
- * gateway.c — sg-proxy's gateway stage (SPEC.md §6, ref §7): the public
- * edge of --role gateway and --role all.
+ * gateway.c — sg-proxy's gateway stage (sg-proxy(8), stargate-headers(7)): the
+ * public edge of --role gateway and --role all.
  *
  * One request, in order:
  *   1. the API key (--api-keys: SHA-256 of the bearer key, compared with

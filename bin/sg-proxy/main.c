@@ -1,5 +1,5 @@
 /*
- * sg-proxy — the Stargate routing daemon (SPEC.md §6): --role router (the
+ * sg-proxy — the Stargate routing daemon (sg-proxy(8)): --role router (the
  * trusted side: trusted headers in, clusters out), gateway (the public
  * side: identity, last-cluster store, header hygiene, forwarding to
  * --router-url) or all (the default: both in one process).

@@ -1,6 +1,6 @@
 /*
- * metrics.c — the stargate_* families of ref §9 that apply to the router
- * role, on the registry main() creates before fork (so every worker's
+ * metrics.c — the stargate_* families of stargate-metrics(7) that apply to the
+ * router role, on the registry main() creates before fork (so every worker's
  * counts aggregate and any worker's /metrics shows the daemon).
  *
  * Label rules: bounded values only.  routing_key is "" when unscoped; a
@@ -10,7 +10,7 @@
  * engine's x-stargate-retry-reason that passed route.c's check.  The
  * registry bounds each family's series on top of that.
  *
- * Besides ref §9: <prefix>cluster_stats_age_seconds{cluster_id},
+ * Besides stargate-metrics(7): <prefix>cluster_stats_age_seconds{cluster_id},
  * <prefix>stats_poll_errors_total{cluster_id} and
  * <prefix>inflight_requests (requests being routed or proxied).
  */
@@ -204,7 +204,8 @@ session_selection(preq *q, const sg_decision *d, const char *alg)
 {
 	const char *v[5];
 
-	/* All six pairs exist from the first recording on (ref §5.4);
+	/* All six pairs exist from the first recording on
+	 * (stargate-lb-config(5));
 	 * finding existing series is cheap and allocation-free. */
 	session_six(q->p->m.session, q->lbl_rk, q->lbl_model, alg);
 	v[0] = q->lbl_rk;
@@ -260,7 +261,7 @@ metrics_replay(preq *q, size_t bytes)
 	sg_series_observe(sg_metric_series(q->p->m.replay, v), (double)bytes);
 }
 
-/* --- the gateway's families (proposal.md; no --metrics-prefix) ------------ */
+/* --- the gateway's families (stargate(7); no --metrics-prefix) ------------ */
 
 static const double lookup_buckets[] = {
 	0.001, 0.002, 0.005, 0.01, 0.02, 0.05,

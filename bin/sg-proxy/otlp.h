@@ -1,6 +1,6 @@
 /*
  * otlp.h — W3C trace context and OTLP/HTTP JSON span export for sg-proxy
- * (SPEC.md §6 "Spans", ref §5.4, §9).
+ * (sg-proxy(8) "Spans", stargate-lb-config(5)).
  *
  * Trace context: traceparent headers are parsed and formatted by the W3C
  * Trace Context rules (version 00; higher versions are read by the 00
@@ -69,7 +69,7 @@ uint64_t otlp_now_ns(void);
 
 /* --- spans ---------------------------------------------------------------- */
 
-/* Span names of ref §9. */
+/* Span names of stargate-metrics(7). */
 #define OTLP_SPAN_REQUEST	"proxy_openai_request"
 #define OTLP_SPAN_ATTEMPT	"proxy_upstream_http_request"
 

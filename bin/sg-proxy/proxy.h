@@ -1,6 +1,6 @@
 /*
- * proxy.h — sg-proxy internals shared by its files (SPEC.md §6: the router
- * role, ref §1, §2.3, §6; the gateway stage, ref §7).
+ * proxy.h — sg-proxy internals shared by its files (sg-proxy(8): the router
+ * role, stargate-headers(7); the gateway stage, stargate-headers(7)).
  *
  * One file per concern:
  *   main.c      options into a pconf, validation, --check, the listening
@@ -251,7 +251,7 @@ struct preq {
 	unsigned		 attempts;
 	unsigned		 retries;
 	unsigned		 waits;		/* timed routing waits */
-	const char		*endpoint;	/* ref §1.1 endpoint label */
+	const char		*endpoint;	/* stargate-headers(7) endpoint label */
 	bool			 close_after;	/* draining: Connection: close */
 	bool			 u_retryable;	/* x-stargate-retryable: true */
 	bool			 routed;	/* routing_duration observed */

@@ -1,6 +1,6 @@
 /*
- * route.c — the routing loop of one request (ref §6.1–§6.2 as adapted by
- * SPEC.md §6).
+ * route.c — the routing loop of one request (sg-proxy(8) as adapted by
+ * sg-proxy(8)).
  *
  * Each step reads the fleet's view of the clusters serving the request's
  * model (fresh ones only, reservations applied), asks the router for a
@@ -35,7 +35,7 @@
 
 static void route_step(preq *q);
 
-/* Integer expected queue of ref §2.4 (rules 1-3, ceil); false: omitted. */
+/* Integer expected queue of stargate-lb-config(5) (rules 1-3, ceil); false: omitted. */
 static bool
 expected_queue_ms(const sg_cluster *c, uint32_t prio, uint64_t *ms)
 {
@@ -132,7 +132,7 @@ route_fail(preq *q, int status, const char *code, const char *msg)
 	preq_finish(q, status);
 }
 
-/* No cluster could take the request (ref §6.2 step 4). */
+/* No cluster could take the request (sg-proxy(8) step 4). */
 static void
 finalize(preq *q, int status, const char *code, const char *reason)
 {

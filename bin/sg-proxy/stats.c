@@ -1,6 +1,6 @@
 /*
- * stats.c — polling every cluster's stats URL into the fleet (SPEC.md
- * §2.5, ref §2.3).
+ * stats.c — polling every cluster's stats URL into the fleet
+ * (stargate-clusters(5), sg-proxy(8)).
  *
  * Every stats_interval_ms each cluster of the current generation that has
  * no poll in flight gets one GET through the worker's curl multi, bounded

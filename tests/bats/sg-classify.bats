@@ -42,7 +42,7 @@ be64() {
 	printf '%s' "$out"
 }
 
-# lckey RK MODEL AK: the store key, built by hand from the SPEC.md §5 layout.
+# lckey RK MODEL AK: the store key, built by hand from the layout of sg-lastcluster(1).
 lckey() {
 	local h
 	h=$({ printf "$(be64 ${#1})"; printf '%s' "$1"

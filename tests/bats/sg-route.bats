@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # sg-route(1): every algorithm, the NDJSON stream, --headers,
 # --until-decided, --explain, every exit status, the shortcut-removal
-# criteria of proposal.md, determinism, and the session-aware criteria of
+# criteria of the session-aware routing proposal, determinism, and the session-aware criteria of
 # issue 3 that are visible through sg-route.
 #
 # How the fixtures were chosen (tests/fixtures/sg-route/README.txt has the
@@ -383,7 +383,7 @@ js() {
 	run -74 --separate-stderr sh -c '"$1" -c "$2" --ndjson "$3" >/dev/full' sh "$ROUTE" "$F/lb-rr.json" "$F/rr.ndjson"
 }
 
-# --- shortcut removal (proposal.md "Shortcut removal") ------------------------
+# --- shortcut removal ------------------------------------------------------
 
 @test "shortcut removal: no queue-SLO fields, max_queued 0, rank 1 at its limit, rank 2 free -> not rank 1" {
 	run -0 --separate-stderr "$ROUTE" -c "$F/lb-pwaw-defaults.json" -s "$F/ab-afull.json" --explain "$F/req-new.json"
@@ -409,7 +409,7 @@ js() {
 	[ "$(js '.[1].decision + " " + (.[1].elapsed_ms|tostring) + " " + .[1].cluster_id + " " + (.[1].rank_depth|tostring)')" = "select 300 B 2" ]
 }
 
-# --- determinism (SPEC.md §3 "Reproducible randomness") -----------------------
+# --- determinism (reproducible randomness, stargate-lb-config(5)) ---------
 # eight-free: eight identical free clusters and the utilization comparator,
 # so every power-of-n choice is a tie broken by the PRNG.
 
@@ -441,7 +441,7 @@ js() {
 
 # --- session-aware routing through sg-route (issue 3) ------------------------
 
-# thrash ALG FLAG: the cache-thrash stream of proposal.md with k = 1 (A full
+# thrash ALG FLAG: the cache-thrash stream of stargate(7) with k = 1 (A full
 # -> first request with no hint; A drains; 10 requests with hint B).
 thrash() {
 	run -0 --separate-stderr "$ROUTE" -c "$F/lb-$1-$2.json" --until-decided --ndjson "$F/thrash.ndjson"

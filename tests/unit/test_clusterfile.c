@@ -1,6 +1,6 @@
 /*
  * test_clusterfile.c — sg_clusterfile.c: the cluster file of
- * stargate-clusters(5): the SPEC.md §2.5 example, defaults, the to_json
+ * stargate-clusters(5): the stargate-clusters(5) example, defaults, the to_json
  * round trip, and rejection of every kind of bad input with a message
  * naming the field.  Run from the repository root (fixtures are read from
  * tests/fixtures/clusters/).

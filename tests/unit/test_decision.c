@@ -1,7 +1,7 @@
 /*
  * test_decision.c — sg_decision.c: the JSON shape of select, wait and reject
- * decisions (SPEC.md §2.3), with and without the session fields of ref §5.4,
- * and the enum names.
+ * decisions (sg-route(1)), with and without the session fields of
+ * stargate-lb-config(5), and the enum names.
  */
 #include "sg_test.h"
 
@@ -99,7 +99,7 @@ test_select_with_session_fields(void **state)
 	d.session_state = SG_SESSION_RETURNING;
 	d.promoted = true;
 	d.primary = true;
-	/* the SPEC.md §2.3 example */
+	/* the sg-route(1) example */
 	assert_json(&d, &r, "{\"request_id\":\"r-1\",\"decision\":\"select\","
 	    "\"cluster_id\":\"B\",\"rank_depth\":1,\"phase\":\"affinity\","
 	    "\"algorithm\":\"pulsar-wait-and-widen\","

@@ -1,7 +1,7 @@
 /*
- * test_estimate.c — sg_estimate.c: the worked checks of ref §2.4, the
- * priority-map clamp, capacity, the queue-SLO bound of ref §4.5.1, every
- * power-of-n comparator and invalid throughputs.
+ * test_estimate.c — sg_estimate.c: the worked checks of stargate-lb-config(5),
+ * the priority-map clamp, capacity, the queue-SLO bound of
+ * stargate-lb-config(5), every power-of-n comparator and invalid throughputs.
  */
 #include "sg_test.h"
 

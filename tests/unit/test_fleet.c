@@ -1,5 +1,5 @@
 /*
- * test_fleet.c — sg_fleet.c: the reservation ledger (ref §2.3) and its
+ * test_fleet.c — sg_fleet.c: the reservation ledger (sg-proxy(8)) and its
  * effect on the view a decision reads (numbers worked by hand), clearing
  * by publication (only the reservations a sample covers), release, and
  * staleness; the view's reuse of the snapshot and its ids version; the

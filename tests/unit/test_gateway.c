@@ -174,7 +174,7 @@ test_hint_only_for_eligible_sessions(void **state)
 }
 
 /* The single answer for a hint with a control character: absent, so the
- * router classifies the session new (ref §1.2), never stale. */
+ * router classifies the session new (stargate-headers(7)), never stale. */
 static void
 test_control_character_hint_is_absent(void **state)
 {

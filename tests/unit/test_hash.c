@@ -1,6 +1,6 @@
 /*
  * test_hash.c — sg_hash.c: the tag byte layout, the upstream test vectors of
- * ref §4.5.3 and §4.6, pulsar scores and weights, and the decision PRNG.
+ * stargate-lb-config(5), pulsar scores and weights, and the decision PRNG.
  *
  * Expected hashes are computed here from byte strings built by hand, never
  * through sg_hash.c's own helpers.
@@ -257,7 +257,7 @@ test_pulsar_score_is_weight_over_minus_ln_u(void **state)
 	    0x19443c44ec9f8abfULL, UINT64_MAX - 4096, UINT64_MAX - 1 };
 	size_t i;
 
-	/* bit-exact against the formula of ref §4.6 */
+	/* bit-exact against the formula of stargate-lb-config(5) */
 	for (i = 0; i < sizeof hs / sizeof hs[0]; i++) {
 		u = ((double)hs[i] + 1.0) / ((double)UINT64_MAX + 2.0);
 		if (!(-log(u) > 0))

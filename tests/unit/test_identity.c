@@ -2,8 +2,8 @@
  * test_identity.c — sg_identity.c: model id splitting and its 400 messages,
  * session sources and precedence, session id validation, the mt:v1 cache
  * affinity key and the lc:v1 store key (test vectors computed independently
- * with sha256sum, see each constant), eligibility, and the ref §7.2 token
- * estimate on hand-computed bodies.
+ * with sha256sum, see each constant), eligibility, and the stargate-headers(7)
+ * token estimate on hand-computed bodies.
  */
 #include "sg_test.h"
 

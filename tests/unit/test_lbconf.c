@@ -1,8 +1,8 @@
 /*
  * test_lbconf.c — sg_lbconf.c: lb-config.json parsing, every rule and
- * message of ref §3.2–§3.4, every default and alias, normalisations,
- * last_cluster_affinity (SPEC.md §4), x-routing-method resolution (ref
- * §3.5), the permissive default, and loading from a file.
+ * message of stargate-lb-config(5), every default and alias, normalisations,
+ * last_cluster_affinity (stargate-lb-config(5)), x-routing-method resolution
+ * (stargate-lb-config(5)), the permissive default, and loading from a file.
  *
  * Messages are asserted as substrings: the parser prefixes them with the
  * source and the location, and the reference's text must survive intact.
@@ -126,7 +126,7 @@ static const char *const canon[SG_ALG_COUNT] = {
 	"pulsar-wait-and-widen",
 };
 
-/* --- top level (ref §3.2) ---------------------------------------------------- */
+/* --- top level (stargate-lb-config(5)) ------------------------------------ */
 
 static void
 test_empty_object_defaults_to_power_of_n(void **state)
@@ -307,7 +307,7 @@ test_request_algorithms_two_keys_for_one_algorithm_rejected(void **state)
 	    "more than one entry for power-of-n", NULL);
 }
 
-/* --- unsupported fields (ref §3.4) ------------------------------------------ */
+/* --- unsupported fields (stargate-lb-config(5)) --------------------------- */
 
 static void
 test_unsupported_fields_sorted_with_canonical_name(void **state)
@@ -385,7 +385,7 @@ test_rendezvous_weight_rejected_for_wait_and_widen(void **state)
 	    "field(s): rendezvous_weight", NULL);
 }
 
-/* --- field rules (ref §3.4) --------------------------------------------------- */
+/* --- field rules (stargate-lb-config(5)) ---------------------------------- */
 
 static void
 test_sample_count_range_1_to_64(void **state)
@@ -949,7 +949,7 @@ test_seed_longer_than_256_bytes_rejected(void **state)
 	model_fails(buf, "seed: longer than 256 bytes", NULL);
 }
 
-/* --- defaults (ref §3.4, §4.5.1) ---------------------------------------------- */
+/* --- defaults (stargate-lb-config(5)) ------------------------------------- */
 
 static void
 check_common_defaults(const sg_algdef *d, int alg)
@@ -1021,7 +1021,7 @@ test_detailed_object_with_only_algorithm_equals_name(void **state)
 	}
 }
 
-/* --- names and aliases (ref §3.3) ---------------------------------------------- */
+/* --- names and aliases (stargate-lb-config(5)) ---------------------------- */
 
 static const struct {
 	const char	*name;
@@ -1118,7 +1118,7 @@ test_aliases_valid_everywhere(void **state)
 	}
 }
 
-/* --- last_cluster_affinity (SPEC.md §4, ref §3.4) -------------------------------- */
+/* --- last_cluster_affinity (stargate-lb-config(5)) ------------------------ */
 
 static void
 test_last_cluster_affinity_accepted_for_wait_and_widen(void **state)
@@ -1303,7 +1303,7 @@ test_model_request_algorithms_on_name_only_model_not_possible(void **state)
 	sg_lbconf_free(c);
 }
 
-/* --- resolution (ref §3.5) ------------------------------------------------------ */
+/* --- resolution (stargate-lb-config(5)) ----------------------------------- */
 
 static const char *resolve_conf =
     "{\"default\": \"random\","
@@ -1538,7 +1538,7 @@ test_resolve_failure_leaves_out_untouched(void **state)
 	sg_lbconf_free(c);
 }
 
-/* --- permissive default (ref §3.1) ------------------------------------------------ */
+/* --- permissive default (stargate-lb-config(5)) --------------------------- */
 
 static void
 test_permissive_default_is_power_of_n(void **state)
@@ -1657,7 +1657,7 @@ test_definitions_do_not_depend_on_unrelated_models(void **state)
 	sg_lbconf_free(b);
 }
 
-/* --- loading (ref §3.1) --------------------------------------------------------------- */
+/* --- loading (stargate-lb-config(5)) -------------------------------------- */
 
 static void
 test_load_production_fixture(void **state)

@@ -1,5 +1,5 @@
 /*
- * test_lckey.c — sg_lckey.c: last-cluster store keys (ref §7.4) and
+ * test_lckey.c — sg_lckey.c: last-cluster store keys (sg-lastcluster(1)) and
  * cluster id validation.  Expected keys are computed independently, at
  * test time, by sha256sum(1) over the length-prefixed message built with
  * printf(1) octal escapes; the test never uses libsodium itself.

@@ -1,9 +1,9 @@
 /*
- * test_pwaw.c — pulsar-wait-and-widen (ref §4.7.1, the NEW algorithm): the
- * worked checks of the band schedule, the removal of the eligible-primary
- * shortcut (proposal.md "Shortcut removal"), KV checks, exclusions, the
- * open set's admission and comparator.  Ranks are computed by the test's
- * own pulsar ranking (sg_waw_fixture.h), never assumed.
+ * test_pwaw.c — pulsar-wait-and-widen (stargate-lb-config(5), the NEW
+ * algorithm): the worked checks of the band schedule, the removal of the
+ * eligible-primary shortcut (stargate(7) "Shortcut removal"), KV checks,
+ * exclusions, the open set's admission and comparator.  Ranks are computed by
+ * the test's own pulsar ranking (sg_waw_fixture.h), never assumed.
  */
 #include "sg_test.h"
 
@@ -145,7 +145,7 @@ test_band_widths_double(void **state)
 }
 
 /*
- * Shortcut removal (proposal.md): no SLO fields, max_queued 0, rank 1 at
+ * Shortcut removal (stargate(7)): no SLO fields, max_queued 0, rank 1 at
  * its concurrency limit, rank 2 free: the request is not sent to rank 1.
  */
 static void

@@ -1,8 +1,8 @@
 /*
- * test_request.c — sg_request.c: the JSON form (SPEC.md §2.2), the header
- * form (ref §1.2: optional-string and numeric rules, validation order), owned
- * storage and exclusions.  Run from the repository root (fixtures are read
- * from tests/fixtures/codec/).
+ * test_request.c — sg_request.c: the JSON form (sg-route(1)), the header
+ * form (stargate-headers(7): optional-string and numeric rules, validation
+ * order), owned storage and exclusions.  Run from the repository root (fixtures
+ * are read from tests/fixtures/codec/).
  */
 #include "sg_test.h"
 
@@ -118,7 +118,7 @@ assert_request_equal(const sg_request *a, const sg_request *b)
 		assert_string_equal(a->excluded[i], b->excluded[i]);
 }
 
-/* The SPEC.md §2.2 example, however it was read. */
+/* The sg-route(1) example, however it was read. */
 static void
 assert_spec_request(const sg_request *r)
 {

@@ -1,8 +1,8 @@
 /*
  * test_router.c — sg_router_decide and sg_router_explain (sg_router.h):
  * resolution and request errors, refusals before the algorithm, input-work
- * admission (ref §4.8), the routing deadlines and polling (ref §6.1–§6.2),
- * determinism, and the --explain table.
+ * admission (stargate-lb-config(5)), the routing deadlines and polling
+ * (sg-proxy(8)), determinism, and the --explain table.
  */
 #include <math.h>
 
@@ -160,7 +160,7 @@ test_all_excluded_is_503_overloaded(void **state)
 	sg_lbconf_free(conf);
 }
 
-/* --- input-work admission (ref §4.8) -------------------------------------- */
+/* --- input-work admission (stargate-lb-config(5)) ------------------------- */
 
 /* (100 tps, 300 queued) and (50 tps, 120 queued), 30 tokens: 3.0 s. */
 static sg_snapshot *
@@ -269,9 +269,9 @@ test_admission_without_rate_is_capacity_unavailable(void **state)
 	sg_snapshot_free(s);
 }
 
-/* --- deadlines and polling (ref §6.1–§6.2) -------------------------------- */
+/* --- deadlines and polling (sg-proxy(8)) -------------------------------- */
 
-/* ref §4.5.2's snapshot: a wait of 150 ms at elapsed 0. */
+/* stargate-lb-config(5)'s snapshot: a wait of 150 ms at elapsed 0. */
 static sg_snapshot *
 waiting_snapshot(bool slow_full)
 {

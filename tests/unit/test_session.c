@@ -1,6 +1,6 @@
 /*
- * test_session.c — session-aware last-cluster affinity (ref §5,
- * proposal.md "Compatibility", "New sessions", "Returning sessions",
+ * test_session.c — session-aware last-cluster affinity (stargate-lb-config(5),
+ * stargate(7) "Compatibility", "New sessions", "Returning sessions",
  * "Cache-thrash regression test", "Header parsing" as far as the decision
  * engine sees it).  Every criterion runs for wait-and-widen and
  * pulsar-wait-and-widen.  Cluster roles (A = rank 1, B = rank 2, ...) come
@@ -913,7 +913,7 @@ test_classification_kept_across_waits_and_retries(void **state)
 }
 
 /*
- * Cache-thrash regression (proposal.md), both algorithms, k = 1: A full,
+ * Cache-thrash regression (stargate(7)), both algorithms, k = 1: A full,
  * the first request (no header) goes to B; A drains; 10 follow-ups with
  * header B all go to B.  With the flag off the follow-ups go to A.
  */

@@ -573,7 +573,7 @@ put_tag(unsigned char *buf, size_t n, const char *name, const char *val)
 	return n + len;
 }
 
-/* Expected pulsar score from first principles (ref §4.6). */
+/* Expected pulsar score from first principles (stargate-lb-config(5)). */
 static double
 hand_score(const fx *f, const char *id, double w)
 {

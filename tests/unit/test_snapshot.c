@@ -1,7 +1,7 @@
 /*
  * test_snapshot.c — sg_snapshot.c: the cluster container and its id index,
- * pending reservations (ref §2.3, numbers worked by hand), and the strict
- * JSON codec of SPEC.md §2.1.  Run from the repository root (fixtures are
+ * pending reservations (sg-proxy(8), numbers worked by hand), and the strict
+ * JSON codec of sg-route(1).  Run from the repository root (fixtures are
  * read from tests/fixtures/codec/).
  */
 #include "sg_test.h"
@@ -239,7 +239,7 @@ test_copy_is_deep_and_indexed(void **state)
 	sg_snapshot_free(b);
 }
 
-/* --- reservations (ref §2.3) ---------------------------------------------- */
+/* --- reservations (sg-proxy(8)) ------------------------------------------- */
 
 static sg_snapshot *
 one(sg_cluster *c)

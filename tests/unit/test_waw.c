@@ -1,7 +1,7 @@
 /*
- * test_waw.c — wait-and-widen (ref §4.5): the worked checks of §4.5.2 and
- * §4.5.4, bucket unlocking and its budget, ties by cluster id, exclusions,
- * the queue SLO, the affinity ring, through the real router.
+ * test_waw.c — wait-and-widen (stargate-lb-config(5)): the worked checks of its
+ * queue-SLO and bucket rules, bucket unlocking and its budget, ties by cluster
+ * id, exclusions, the queue SLO, the affinity ring, through the real router.
  */
 #include "sg_test.h"
 
@@ -9,7 +9,7 @@
 
 #define WAW	"{\"default\":\"wait-and-widen\"}"
 
-/* ref §4.5.2: 3 full fast clusters at 205 ms and one idle slow at 805 ms. */
+/* stargate-lb-config(5): 3 full fast clusters at 205 ms and one idle slow at 805 ms. */
 static sg_snapshot *
 fast_and_slow(bool slow_full)
 {
@@ -85,9 +85,9 @@ test_worked_check_all_full_is_unavailable(void **state)
 }
 
 /*
- * ref §4.5.4: K=1, X=200, comparator utilization; the affine cluster full at
- * TTFT 1100, the others at 1300 and 1500 (tps 100, 100 tokens).  The affine
- * cluster is found by walking the ring, not assumed.
+ * stargate-lb-config(5): K=1, X=200, comparator utilization; the affine cluster
+ * full at TTFT 1100, the others at 1300 and 1500 (tps 100, 100 tokens).  The
+ * affine cluster is found by walking the ring, not assumed.
  */
 struct affine_case {
 	sg_lbconf	*conf;
@@ -968,8 +968,8 @@ test_excluded_group_member_is_not_replaced(void **state)
 }
 
 /*
- * Queue SLO (ref §4.5.1): a cluster whose queue estimate is over the bound
- * is dropped; the bound grows from floor to ceil with elapsed / SLO.
+ * Queue SLO (stargate-lb-config(5)): a cluster whose queue estimate is over the
+ * bound is dropped; the bound grows from floor to ceil with elapsed / SLO.
  */
 static void
 test_queue_slo_drops_clusters_over_the_bound(void **state)

@@ -1264,7 +1264,7 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 	}
 	c->max_engine_concurrency = e->cfg.slots;
 	/* Everything the engine has accepted: a router compares this with
-	 * max_engine_concurrency (+ max_queued), ref §2.4. */
+	 * max_engine_concurrency (+ max_queued), stargate-lb-config(5). */
 	c->running = (uint64_t)e->nadm + e->held + e->nwait;
 	c->queued = (uint64_t)e->nwait + e->npre;
 	c->queued_input_tokens = e->wait_tokens + pending;

@@ -12,7 +12,7 @@
  *    prefill ends; each sequence then decodes its remaining output tokens
  *    independently at decode_tps tokens/s.  A request holds its slot from
  *    admission to its last token.
- *  - the batching step model (ref §8.2, simplified): the engine runs steps;
+ *  - the batching step model (stargate(7), simplified): the engine runs steps;
  *    each step decodes one token of every decoding sequence and spends what
  *    is left of max_batched_tokens on chunked prefill, FIFO in admission
  *    order; step time = step_fixed_ms + step_decode_ms_per_seq * decoding +
@@ -176,11 +176,12 @@ uint32_t eng_held(const eng *e);
  * Fill c's load fields from the engine state at now (call eng_advance(now)
  * first): max_engine_concurrency, running (every request the engine holds,
  * running or waiting, plus held slots: so "running < max_engine_concurrency"
- * is "a slot is free" and max_queued counts waiting requests, as ref §2.4
- * expects), queued (not yet past the first token), queued_input_tokens (prompt tokens of waiting requests plus the
- * remaining prefill of admitted ones), total_input_tokens, last_mean_input_tps
- * (prefill tokens / prefill time over the last tps_window samples), max_input_tps,
- * kv_*, and the priority map when configured.  id and rtt_ms are untouched.
+ * is "a slot is free" and max_queued counts waiting requests, as
+ * stargate-lb-config(5) expects), queued (not yet past the first token),
+ * queued_input_tokens (prompt tokens of waiting requests plus the remaining
+ * prefill of admitted ones), total_input_tokens, last_mean_input_tps (prefill
+ * tokens / prefill time over the last tps_window samples), max_input_tps, kv_*,
+ * and the priority map when configured.  id and rtt_ms are untouched.
  */
 void	eng_cluster(const eng *e, double now, sg_cluster *c);
 

@@ -12,8 +12,8 @@
  * waiting requests plus the remaining prefill of admitted ones), cached the
  * request's prefix held in that cluster's cache now, and slot_wait_ms the
  * caller's estimate of the wait for a slot (0 when one is free).  The
- * capacity rule is wait-and-widen's (ref §2.4): a cluster is eligible while
- * running < slots + max_queued.
+ * capacity rule is wait-and-widen's (stargate-lb-config(5)): a cluster is
+ * eligible while running < slots + max_queued.
  *
  * ORC_TTFT_FIRST: ties on the estimate go to the larger cached prefix,
  * then to fewer running requests, then to more free KV-cache tokens, then

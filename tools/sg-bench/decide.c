@@ -2,7 +2,7 @@
  * decide.c — `sg-bench decide`: per-decision latency of every algorithm
  * through the public sg_router_decide(), next to a "floor" loop doing only
  * the unavoidable work of the same decision with the same primitives in the
- * same run (perf-anchors.md §6–§7, goal A1: p50(decision) / p50(floor)).
+ * same run (sg-bench(1): p50(decision) / p50(floor)).
  *
  * Method.  For every scenario (an lb-config and a request shape) and every
  * candidate count N, a deterministic "realistic" snapshot of N clusters is

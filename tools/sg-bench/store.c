@@ -1,7 +1,7 @@
 /*
  * store.c — `sg-bench store`: the last-cluster store (sg_store.h, LMDB
  * backend) next to the raw LMDB loops it is built on, and next to Redis as
- * the multi-host alternative (perf-anchors.md §3, §4, §7C).
+ * the multi-host alternative (sg-bench(1)).
  *
  * Measurements, each repeated --runs times (median of the runs reported,
  * with the coefficient of variation across runs):

@@ -18,11 +18,11 @@
  * snapshot is the last published sample plus every reservation made since
  * it was published: the sim keeps both in an sg_fleet, the module sg-proxy
  * uses, and decides on its view; a publication clears the reservations
- * (ref §2.3), stale or not.
+ * (sg-proxy(8)), stale or not.
  *
  * A request: at its turn start it is decided at elapsed 0; "wait" rechecks
  * at min(recheck_at, now + recheck_cap_ms) (the proxy polls the same way,
- * ref §6.2); "select" reserves and submits to the engine; an engine whose
+ * sg-proxy(8)); "select" reserves and submits to the engine; an engine whose
  * queue is full refuses (a retryable 503): the cluster is excluded and the
  * request decided again, up to `retries` times; "reject" ends the session.
  * The hint of a returning session is the cluster of its previous turn (what
@@ -547,7 +547,7 @@ publish(sim *s, size_t i, const sample *smp, double t)
 {
 	cstate *c = &s->cs[i];
 
-	/* Ref §2.3: a publication clears the cluster's reservations, which
+	/* sg-proxy(8): a publication clears the cluster's reservations, which
 	 * are assumed reflected, even when the sample is stale and was
 	 * taken before them: so the fleet is told the sample covers every
 	 * reservation made up to the publication (t).  (Reservations made
