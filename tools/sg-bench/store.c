@@ -579,6 +579,55 @@ redis_bench(redisContext *c, char (*keys)[SG_LC_KEY_LEN + 1], uint64_t n,
 	return 0;
 }
 
+/*
+ * The same GETs through the store's Redis backend (sg_store_lookup on a
+ * redis:// handle: one blocking hiredis client, the value decoded and
+ * aged), keys written through sg_store_put: the backend's cost over the
+ * raw client above, same keys, same server, same run.
+ */
+static int
+redis_backend_bench(const char *host, int port,
+    char (*keys)[SG_LC_KEY_LEN + 1], uint64_t n, const uint32_t *order,
+    uint64_t lookups, uint32_t *ns, struct pct *out)
+{
+	sg_store *st = NULL;
+	sg_store_opts so;
+	sg_store_entry e;
+	sg_error err;
+	char url[300];
+	uint64_t i;
+	int rc;
+
+	snprintf(url, sizeof(url), "redis://%s:%d/0", host, port);
+	sg_store_opts_init(&so);
+	so.path = url;
+	so.ttl_ms = 600000;
+	so.max_entries = n + 1;
+	if ((rc = sg_store_open(&st, &so, &err)) != 0) {
+		fprintf(stderr, "sg-bench store: %s: %s\n", url, err.text);
+		return rc;
+	}
+	for (i = 0; i < n && rc == 0; i++)
+		rc = sg_store_put(st, keys[i], SG_LC_KEY_LEN, CLUSTER_ID,
+		    sizeof(CLUSTER_ID) - 1, &err);
+	if (rc == 0)
+		rc = sg_store_flush(st, &err);
+	for (i = 0; i < lookups && rc == 0; i++) {
+		uint64_t t = now_ns();
+
+		rc = sg_store_lookup(st, keys[order[i]], SG_LC_KEY_LEN, &e,
+		    &err);
+		ns[i] = (uint32_t)(now_ns() - t);
+	}
+	if (rc != 0)
+		fprintf(stderr, "sg-bench store: redis backend: %s\n",
+		    err.text);
+	else
+		*out = percentiles(ns, lookups);
+	sg_store_close(st);
+	return rc;
+}
+
 /* --- report -------------------------------------------------------------- */
 
 static void
@@ -646,6 +695,8 @@ bench_store_main(int argc, char *argv[])
 	    l_raw99[MAXRUNS], l_ratio[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS],
 	    s_rate[MAXRUNS], s_raw[MAXRUNS], cv[8];
 	struct redis_res rr;
+	struct pct rb = { 0, 0, 0 };
+	bool have_backend = false;
 	unsigned saved_batch, sync_batch;
 	bool have_redis = false;
 	uint64_t total, i, seed = 7;
@@ -836,6 +887,10 @@ bench_store_main(int argc, char *argv[])
 			    ns, &rr);
 			have_redis = rc == 0;
 			redisFree(c);
+			if (have_redis)
+				have_backend = redis_backend_bench(host, port,
+				    keys, o.entries, order, o.lookups, ns,
+				    &rb) == 0;
 		}
 	}
 
@@ -867,6 +922,10 @@ bench_store_main(int argc, char *argv[])
 				    "\"set_per_s\":%.0f}", rr.get.p50,
 				    rr.get.p99, rr.set.p50, rr.set.p99,
 				    rr.get_rate, rr.set_rate);
+			if (have_backend)
+				printf(",\"redis_backend\":{\"get_p50_ns\":%.0f,"
+				    "\"get_p99_ns\":%.0f,\"p50_ratio\":%.3f}",
+				    rb.p50, rb.p99, rb.p50 / rr.get.p50);
 			printf("}\n");
 		} else {
 			printf("# %llu entries, %llu lookups and %llu writes "
@@ -901,6 +960,11 @@ bench_store_main(int argc, char *argv[])
 				    rr.set.p99, rr.set_rate);
 				printf("redis    GET p50 / store lookup p50: "
 				    "%.1fx\n", rr.get.p50 / o50);
+				if (have_backend)
+					printf("redis    backend lookup p50 %7.0f ns  "
+					    "p99 %7.0f ns  ratio p50 %.2fx to the "
+					    "raw GET (goal <= 1.20)\n", rb.p50,
+					    rb.p99, rb.p50 / rr.get.p50);
 			}
 		}
 	}
