@@ -35,14 +35,16 @@ def med(v):
 
 
 concs = sorted({c for c, _ in by})
-names = {"sgproxy": "router", "sgall": "all", "sgallns": "all, store off"}
+names = {"sgproxy": "router", "sgall": "all", "sgallns": "all, store off",
+         "sgallredis": "all, Redis store"}
+targets = [t for t in names if any(t in v for v in by.values())]
 print("# sg-proxy gateway stage: --role all vs --role router\n")
 print("`tools/proxy-bench/run %s`; medians over the rounds (min-max)\n"
       % argv)
 print("| conc | role | req/s | p50 us | p99 us | CPU us/req | errors |")
 print("|---|---|---|---|---|---|---|")
 for c in concs:
-    for t in ("sgproxy", "sgall", "sgallns"):
+    for t in targets:
         rs = [by[k][t] for k in by if k[0] == c and t in by[k]]
         print("| %d | %s | %s | %s | %s | %s | %d |" % (
             c, names[t], med([float(r["rps"]) for r in rs]),
@@ -68,3 +70,14 @@ for c in concs:
         if dp50:
             print("| %d | %s | %s | %s | %s |" % (c, names[t], med(pct),
                   med(dus), med(dp50)))
+if "sgallredis" in targets:
+    print("\nRedis store vs LMDB store, --role all, requests/s per round "
+          "(target >= 0.9):\n")
+    print("| conc | Redis / LMDB req/s |")
+    print("|---|---|")
+    for c in concs:
+        rat = [float(by[k]["sgallredis"]["rps"]) / float(by[k]["sgall"]["rps"])
+               for k in by if k[0] == c and "sgallredis" in by[k] and
+               "sgall" in by[k] and float(by[k]["sgall"]["rps"]) > 0]
+        if rat:
+            print("| %d | %s |" % (c, med(rat)))
