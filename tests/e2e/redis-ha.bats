@@ -119,7 +119,10 @@ raw_get() {
 	redis-cli -p "$src" migrate 127.0.0.1 "$dst" "$k" 0 5000 | grep -qx OK
 	sleep 0.5			# ASK from the old owner
 	hinted "$b"
-	for p in "$RPORT_c1" "$RPORT_c2" "$RPORT_c3"; do
+	# the order Redis documents for a migration: the destination, then
+	# the source, then the rest (the other order leaves a window in
+	# which the two bounce MOVED between them, which no client follows)
+	for p in "$dst" "$src" "$RPORT_c1" "$RPORT_c2" "$RPORT_c3"; do
 		redis-cli -p "$p" cluster setslot "$slot" node "$did" >/dev/null
 	done
 	sleep 0.5			# MOVED, then the new map
