@@ -758,12 +758,17 @@ test_write_by_one_process_visible_to_another(void **state)
 	pid_t pid;
 
 	f->o.clock = NULL;
-	fx_open(f);
 	assert_int_equal(pipe(up), 0);
 	assert_int_equal(pipe(down), 0);
+	/* Fork before this process has a store thread: a fork while another
+	 * thread holds the allocator's lock leaves the child deadlocked. */
 	if ((pid = fork()) == 0) {
-		sg_store *s = child_open(f->dir);
+		sg_store *s;
 		int i;
+
+		if (read(down[0], &c, 1) != 1)	/* the parent has opened */
+			_exit(90);
+		s = child_open(f->dir);
 
 		for (i = 0; i < 100; i++)
 			put_i(s, i, "from-child");
@@ -779,6 +784,8 @@ test_write_by_one_process_visible_to_another(void **state)
 		_exit(0);
 	}
 	assert_true(pid > 0);
+	fx_open(f);
+	assert_int_equal(write(down[1], "o", 1), 1);
 	assert_int_equal(read(up[0], &c, 1), 1);
 	assert_int_equal(get_i(f->s, 42, &e), 0);
 	assert_string_equal(e.cluster_id, "from-child");
