@@ -157,6 +157,12 @@ $(O)/tests/%: tests/unit/%.c tests/unit/sg_test.h $(TOOLCOMMON:%.c=$(O)/%.o) $(O
 	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) $(TESTCFLAGS) -o $@ $< \
 	    $(TOOLCOMMON:%.c=$(O)/%.o) $(O)/libstargate.a $(TESTLIBS) $(DEPLIBS)
 
+# test_h1s drives sg-proxy's HTTP/1.1 server object on a real loop.
+$(O)/tests/test_h1s: tests/unit/test_h1s.c tests/unit/sg_test.h $(O)/obj/bin/sg-proxy/h1s.o $(O)/libstargate.a
+	@mkdir -p $(@D)
+	$(CC) $(SG_CPPFLAGS) -Ibin $(SG_CFLAGS) $(TESTCFLAGS) -o $@ $< \
+	    $(O)/obj/bin/sg-proxy/h1s.o $(O)/libstargate.a $(TESTLIBS) $(DEPLIBS)
+
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # `make test`: the whole suite on a sanitizer build, then one summary line.
@@ -197,6 +203,7 @@ FUZZERS   := $(FUZZSRC:tests/fuzz/%.c=$(O)/fuzz/%)
 # (before the target's own object: see FZ_RESTORE_ARGV0 in fuzz.h).
 FUZZ_EXTRA_fuzz_route_stream = $(PROGCOMMONOBJ)
 FUZZ_EXTRA_fuzz_h1 = $(O)/obj/bin/sg-proxy/h1.o
+FUZZ_EXTRA_fuzz_h1s = $(O)/obj/bin/sg-proxy/h1s.o
 # fuzz_proxy runs sg-proxy's main() on a thread: every sg-proxy object but
 # main.o, main.c again with main renamed, and the engine it forwards to.
 FUZZ_PROXYOBJ := $(filter-out %/main.o,$(patsubst %.c,$(O)/obj/%.o,$(wildcard bin/sg-proxy/*.c)))

@@ -161,8 +161,9 @@ const char	*h1s_path(const h1s_req *r);
 /* 0 or 1 (HTTP/1.minor as answered). */
 int		 h1s_minor(const h1s_req *r);
 const h1s_header *h1s_headers(const h1s_req *r, size_t *n);
-/* The first field named name (case-insensitive), NULL if none. */
-const char	*h1s_header(const h1s_req *r, const char *name);
+/* The first field named name (case-insensitive), NULL if none.  (Not
+ * h1s_header: that name is the field type's.) */
+const char	*h1s_find_header(const h1s_req *r, const char *name);
 /* The decoded body, contiguous (NULL and 0 when empty); stays valid and
  * unchanged until the request is freed (the retry replay buffer). */
 const char	*h1s_body(const h1s_req *r, size_t *len);
@@ -176,7 +177,10 @@ bool		 h1s_client_gone(const h1s_req *r);
  * Lifecycle callbacks, each set at most once per request (a later call
  * replaces the earlier).  on_close: the client left before the response
  * was complete; on_complete: the response was written whole.  Exactly one
- * of them runs, once, and the request is freed when it returns.
+ * of them runs, once, and the request is freed when it returns.  A NULL
+ * cb clears the callback.  When the client left and no on_close is set,
+ * the request completes when the application ends its response, and
+ * on_complete (if set) runs then.
  */
 void	h1s_on_close(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg);
 void	h1s_on_complete(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg);
@@ -218,8 +222,16 @@ size_t	h1s_reply_chunk(h1s_req *r, const void *p, size_t n);
 void	h1s_reply_end(h1s_req *r);
 /* Bytes queued and not yet written. */
 size_t	h1s_unsent(const h1s_req *r);
+/*
+ * Close the connection now, leaving the response unfinished (a stream cut
+ * short must not look whole to the client).  Neither on_close nor
+ * on_complete runs; the request is freed from the loop, and r must not be
+ * used after the call.
+ */
+void	h1s_abort(h1s_req *r);
 /* cb runs once, from the loop, when every queued byte has been written
- * (unsent drops to 0); set again to wait again. */
+ * (unsent drops to 0), or soon when nothing is queued when it is set;
+ * set again to wait again, NULL to clear. */
 void	h1s_on_drain(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg);
 
 /* The standard reason phrase of status ("OK", "Bad Request", ...). */
