@@ -241,9 +241,9 @@ turn(t_ctx *t)
 })
 
 static void
-csend(t_ctx *t, const char *s)
+csend_n(t_ctx *t, const char *s, size_t n)
 {
-	size_t n = strlen(s), off = 0;
+	size_t off = 0;
 	ssize_t w;
 
 	while (off < n) {
@@ -254,6 +254,12 @@ csend(t_ctx *t, const char *s)
 		}
 		off += (size_t)w;
 	}
+}
+
+static void
+csend(t_ctx *t, const char *s)
+{
+	csend_n(t, s, strlen(s));
 }
 
 /* Count of complete responses read (status lines). */
@@ -446,6 +452,308 @@ test_backpressure_unsent_grows_and_on_drain_fires(void **state)
 	assert_int_equal(count_status(t, "HTTP/1.1"), 0);
 }
 
+
+/* --- rejections ---------------------------------------------------------- */
+
+/* req is answered with status (code), Connection: close, then EOF, and
+ * nothing reaches on_request. */
+static void
+expect_reject_n(t_ctx *t, const char *req, size_t len, int status,
+    const char *code)
+{
+	char line[32];
+
+	snprintf(line, sizeof(line), " %d ", status);
+	csend_n(t, req, len);
+	assert_true(RUN_UNTIL(t, t->eof, 3000));
+	assert_int_equal(t->requests, 0);
+	assert_int_equal(t->errors, 1);
+	assert_int_equal(t->last_status, status);
+	assert_string_equal(t->last_code, code);
+	assert_true(strncmp(t->in, "HTTP/1.", 7) == 0);
+	assert_memory_equal(t->in + 8, line, strlen(line));
+	assert_non_null(strstr(t->in, "\r\nConnection: close\r\n"));
+	assert_int_equal(t->completes, 1);
+}
+
+static void
+expect_reject(t_ctx *t, const char *req, int status, const char *code)
+{
+	expect_reject_n(t, req, strlen(req), status, code);
+}
+
+#define REJECT(name, req, status, code)					\
+static void								\
+name(void **state)							\
+{									\
+	expect_reject_n(*state, req, sizeof(req) - 1, status, code);	\
+}
+
+REJECT(test_obs_fold_is_400,
+    "GET / HTTP/1.1\r\nX-A: 1\r\n continued\r\n\r\n", 400, "invalid_request")
+REJECT(test_obs_fold_tab_is_400,
+    "GET / HTTP/1.1\r\nX-A: 1\r\n\tcontinued\r\n\r\n", 400,
+    "invalid_request")
+REJECT(test_nul_in_header_value_is_400,
+    "GET / HTTP/1.1\r\nX-A: a\0b\r\n\r\n", 400, "invalid_request")
+REJECT(test_bare_cr_in_header_is_400,
+    "GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", 400, "invalid_request")
+REJECT(test_bare_cr_line_end_is_400,
+    "GET / HTTP/1.1\rX-A: a\r\n\r\n", 400, "invalid_request")
+REJECT(test_control_byte_in_header_is_400,
+    "GET / HTTP/1.1\r\nX-A: a\033b\r\n\r\n", 400, "invalid_request")
+REJECT(test_bad_field_name_is_400,
+    "GET / HTTP/1.1\r\nX(A): 1\r\n\r\n", 400, "invalid_request")
+REJECT(test_empty_field_name_is_400,
+    "GET / HTTP/1.1\r\n: 1\r\n\r\n", 400, "invalid_request")
+REJECT(test_space_before_colon_is_400,
+    "GET / HTTP/1.1\r\nContent-Length : 5\r\n\r\nhello", 400,
+    "invalid_request")
+REJECT(test_line_without_colon_is_400,
+    "GET / HTTP/1.1\r\nNoColon\r\n\r\n", 400, "invalid_request")
+REJECT(test_duplicate_content_length_is_400,
+    "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+    400, "invalid_request")
+REJECT(test_content_length_list_is_400,
+    "POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nabc", 400,
+    "invalid_request")
+REJECT(test_content_length_sign_is_400,
+    "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc", 400,
+    "invalid_request")
+REJECT(test_content_length_with_transfer_encoding_is_400,
+    "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n"
+    "\r\n3\r\nabc\r\n0\r\n\r\n", 400, "invalid_request")
+REJECT(test_transfer_encoding_with_content_length_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n"
+    "\r\n3\r\nabc\r\n0\r\n\r\n", 400, "invalid_request")
+REJECT(test_transfer_encoding_not_chunked_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 400,
+    "invalid_request")
+REJECT(test_transfer_encoding_twice_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+    "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "invalid_request")
+REJECT(test_transfer_encoding_in_http10_is_400,
+    "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+    "invalid_request")
+REJECT(test_chunk_size_sign_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n+3\r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_negative_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_leading_space_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n 3\r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_trailing_space_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3 \r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_0x_prefix_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x3\r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_overflow_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    "10000000000000003\r\nabc\r\n0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_size_empty_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\r\nabc\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_data_without_crlf_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_chunk_data_bare_lf_is_400,
+    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\n"
+    "0\r\n\r\n", 400, "invalid_request")
+REJECT(test_malformed_request_line_is_400,
+    "GET  / HTTP/1.1\r\n\r\n", 400, "invalid_request")
+REJECT(test_absolute_form_target_is_400,
+    "GET http://a/ HTTP/1.1\r\n\r\n", 400, "invalid_request")
+REJECT(test_http09_request_line_is_400,
+    "GET /\r\n\r\n", 400, "invalid_request")
+REJECT(test_http2_version_is_505,
+    "GET / HTTP/2.0\r\n\r\n", 505, "http_version_not_supported")
+REJECT(test_http0_version_is_505,
+    "GET / HTTP/0.9\r\n\r\n", 505, "http_version_not_supported")
+REJECT(test_unknown_expectation_is_417,
+    "POST / HTTP/1.1\r\nExpect: 200-ok\r\nContent-Length: 3\r\n\r\n", 417,
+    "expectation_failed")
+REJECT(test_body_over_max_body_is_413,
+    "POST / HTTP/1.1\r\nContent-Length: 67108865\r\n\r\n", 413,
+    "request_too_large")
+REJECT(test_content_length_overflow_is_413,
+    "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    413, "request_too_large")
+
+static void
+test_http11_minor_above_1_answered_as_11(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET /x HTTP/1.7\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_true(strncmp(t->in, "HTTP/1.1 200 OK\r\n", 17) == 0);
+	assert_non_null(strstr(t->in, "GET /x 1"));
+}
+
+/* A small-limits server for the limit tests. */
+static int
+setup_small(void **state)
+{
+	h1s_limits l;
+
+	h1s_limits_default(&l);
+	l.max_target = 64;
+	l.max_header_bytes = 200;
+	l.max_headers = 4;
+	l.max_body = 100;
+	l.header_timeout_ms = 300;
+	l.body_timeout_ms = 300;
+	l.keepalive_timeout_ms = 200;
+	l.send_timeout_ms = 200;
+	*state = setup_lim(&l);
+	return 0;
+}
+
+static void
+test_target_at_limit_is_served(void **state)
+{
+	t_ctx *t = *state;
+	char req[256];
+
+	snprintf(req, sizeof(req), "GET /%063d HTTP/1.1\r\n\r\n", 0);
+	csend(t, req);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_int_equal(t->errors, 0);
+}
+
+static void
+test_target_over_limit_is_414(void **state)
+{
+	char req[256];
+
+	snprintf(req, sizeof(req), "GET /%064d HTTP/1.1\r\n\r\n", 0);
+	expect_reject(*state, req, 414, "uri_too_long");
+}
+
+static void
+test_target_far_over_limit_is_414_before_line_end(void **state)
+{
+	t_ctx *t = *state;
+	char req[1024];
+
+	memset(req, 'a', sizeof(req));
+	memcpy(req, "GET /", 5);
+	req[sizeof(req) - 1] = '\0';
+	csend(t, req);			/* no line end yet */
+	assert_true(RUN_UNTIL(t, t->eof, 3000));
+	assert_int_equal(t->last_status, 414);
+}
+
+/* n fields "X-<i>: v...", counted as name: value CRLF, total bytes. */
+static void
+fields_req(char *b, size_t cap, int nfields, size_t total)
+{
+	size_t off = (size_t)snprintf(b, cap, "GET / HTTP/1.1\r\n"), per;
+	int i;
+
+	per = total / (size_t)nfields;
+	for (i = 0; i < nfields; i++) {
+		size_t want = i == nfields - 1 ? total - per * (size_t)i : per;
+		size_t vl = want - 4 - 3;	/* "X-i" + ": " + CRLF */
+
+		off += (size_t)snprintf(b + off, cap - off, "X-%d: ", i);
+		memset(b + off, 'v', vl);
+		off += vl;
+		off += (size_t)snprintf(b + off, cap - off, "\r\n");
+	}
+	snprintf(b + off, cap - off, "\r\n");
+}
+
+static void
+test_header_bytes_at_limit_are_served(void **state)
+{
+	t_ctx *t = *state;
+	char req[1024];
+
+	fields_req(req, sizeof(req), 2, 200);
+	csend(t, req);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_int_equal(t->errors, 0);
+}
+
+static void
+test_header_bytes_over_limit_is_431(void **state)
+{
+	char req[1024];
+
+	fields_req(req, sizeof(req), 2, 201);
+	expect_reject(*state, req, 431, "request_header_fields_too_large");
+}
+
+static void
+test_header_count_at_limit_is_served(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_int_equal(t->errors, 0);
+}
+
+static void
+test_header_count_over_limit_is_431(void **state)
+{
+	expect_reject(*state, "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n"
+	    "D: 4\r\nE: 5\r\n\r\n", 431, "request_header_fields_too_large");
+}
+
+static void
+test_body_at_limit_is_served(void **state)
+{
+	t_ctx *t = *state;
+	char req[512];
+
+	snprintf(req, sizeof(req), "POST / HTTP/1.1\r\nContent-Length: 100"
+	    "\r\n\r\n%0100d", 0);
+	csend(t, req);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_int_equal(t->last_body_len, 100);
+}
+
+static void
+test_chunked_body_over_limit_is_413(void **state)
+{
+	char req[512];
+
+	snprintf(req, sizeof(req), "POST / HTTP/1.1\r\nTransfer-Encoding: "
+	    "chunked\r\n\r\n32\r\n%050d\r\n33\r\n%051d\r\n0\r\n\r\n", 0, 0);
+	expect_reject(*state, req, 413, "request_too_large");
+}
+
+static void
+test_expect_100_continue_gets_interim_100(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "POST /e HTTP/1.1\r\nExpect: 100-continue\r\n"
+	    "Content-Length: 3\r\n\r\n");
+	assert_true(RUN_UNTIL(t, strstr(t->in, "\r\n\r\n") != NULL, 2000));
+	assert_string_equal(t->in, "HTTP/1.1 100 Continue\r\n\r\n");
+	assert_int_equal(t->requests, 0);
+	csend(t, "abc");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "HTTP/1.1 200 OK\r\n"));
+	assert_non_null(strstr(t->in, "POST /e 1 abc"));
+}
+
+static void
+test_expect_100_continue_over_limit_is_413_without_100(void **state)
+{
+	t_ctx *t = *state;
+
+	expect_reject(t, "POST /e HTTP/1.1\r\nExpect: 100-continue\r\n"
+	    "Content-Length: 1000\r\n\r\n", 413, "request_too_large");
+	assert_null(strstr(t->in, "100 Continue"));
+}
+
 int
 main(void)
 {
@@ -460,6 +768,63 @@ main(void)
 		T(test_chunked_body_byte_at_a_time),
 		T(test_large_body_received_whole),
 		T(test_backpressure_unsent_grows_and_on_drain_fires),
+		T(test_obs_fold_is_400),
+		T(test_obs_fold_tab_is_400),
+		T(test_nul_in_header_value_is_400),
+		T(test_bare_cr_in_header_is_400),
+		T(test_bare_cr_line_end_is_400),
+		T(test_control_byte_in_header_is_400),
+		T(test_bad_field_name_is_400),
+		T(test_empty_field_name_is_400),
+		T(test_space_before_colon_is_400),
+		T(test_line_without_colon_is_400),
+		T(test_duplicate_content_length_is_400),
+		T(test_content_length_list_is_400),
+		T(test_content_length_sign_is_400),
+		T(test_content_length_with_transfer_encoding_is_400),
+		T(test_transfer_encoding_with_content_length_is_400),
+		T(test_transfer_encoding_not_chunked_is_400),
+		T(test_transfer_encoding_twice_is_400),
+		T(test_transfer_encoding_in_http10_is_400),
+		T(test_chunk_size_sign_is_400),
+		T(test_chunk_size_negative_is_400),
+		T(test_chunk_size_leading_space_is_400),
+		T(test_chunk_size_trailing_space_is_400),
+		T(test_chunk_size_0x_prefix_is_400),
+		T(test_chunk_size_overflow_is_400),
+		T(test_chunk_size_empty_is_400),
+		T(test_chunk_data_without_crlf_is_400),
+		T(test_chunk_data_bare_lf_is_400),
+		T(test_malformed_request_line_is_400),
+		T(test_absolute_form_target_is_400),
+		T(test_http09_request_line_is_400),
+		T(test_http2_version_is_505),
+		T(test_http0_version_is_505),
+		T(test_unknown_expectation_is_417),
+		T(test_body_over_max_body_is_413),
+		T(test_content_length_overflow_is_413),
+		T(test_http11_minor_above_1_answered_as_11),
+		cmocka_unit_test_setup_teardown(test_target_at_limit_is_served, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_target_over_limit_is_414, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_target_far_over_limit_is_414_before_line_end, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_header_bytes_at_limit_are_served, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_header_bytes_over_limit_is_431, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_header_count_at_limit_is_served, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_header_count_over_limit_is_431, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_body_at_limit_is_served, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_chunked_body_over_limit_is_413, setup_small,
+		    teardown),
+		T(test_expect_100_continue_gets_interim_100),
+		cmocka_unit_test_setup_teardown(test_expect_100_continue_over_limit_is_413_without_100, setup_small,
+		    teardown),
 #undef T
 	};
 
