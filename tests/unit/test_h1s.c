@@ -35,6 +35,7 @@ enum mode {
 	M_STREAM,	/* reply_start(-1), chunks "ab", "cde", end */
 	M_STREAM_CL,	/* reply_start(5), "ab", "cde", end */
 	M_BIG,		/* reply_start(-1) and one big chunk, hold */
+	M_HOLD_NOCLOSE,	/* as M_HOLD, without an on_close callback */
 };
 
 typedef struct t {
@@ -114,6 +115,10 @@ on_request(void *arg, h1s_req *r)
 		h1s_reply(r, 200, NULL, out, (size_t)n);
 		break;
 	case M_HOLD:
+		t->held = r;
+		break;
+	case M_HOLD_NOCLOSE:
+		h1s_on_close(r, NULL, NULL);
 		t->held = r;
 		break;
 	case M_STREAM:
@@ -249,6 +254,8 @@ csend_n(t_ctx *t, const char *s, size_t n)
 	while (off < n) {
 		w = send(t->cfd, s + off, n - off, MSG_NOSIGNAL);
 		if (w < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return;		/* the server closed */
 			turn(t);
 			continue;
 		}
@@ -754,6 +761,482 @@ test_expect_100_continue_over_limit_is_413_without_100(void **state)
 	assert_null(strstr(t->in, "100 Continue"));
 }
 
+
+/* --- timeouts ------------------------------------------------------------ */
+
+static void
+test_head_trickled_past_deadline_gets_408_and_close(void **state)
+{
+	t_ctx *t = *state;
+	double start = now_ms();
+	int sent = 0;
+
+	csend(t, "GET / HTTP/1.1\r\nX-Slow: ");
+	/* a byte every 20 ms for up to 2 s: an idle timer would never fire */
+	while (!t->eof && now_ms() - start < 2000) {
+		csend(t, "a");
+		sent++;
+		RUN_UNTIL(t, t->eof, 20);
+	}
+	assert_true(t->eof);
+	assert_true(sent > 10);		/* bytes kept arriving past 300 ms */
+	assert_true(strncmp(t->in, "HTTP/1.1 408 ", 13) == 0);
+	assert_non_null(strstr(t->in, "Connection: close\r\n"));
+	assert_int_equal(t->last_status, 408);
+	assert_string_equal(t->last_code, "request_timeout");
+	assert_int_equal(t->requests, 0);
+}
+
+static void
+test_body_past_deadline_gets_408(void **state)
+{
+	t_ctx *t = *state;
+	double start = now_ms();
+
+	csend(t, "POST / HTTP/1.1\r\nContent-Length: 90\r\n\r\nabc");
+	while (!t->eof && now_ms() - start < 2000) {
+		csend(t, "b");
+		RUN_UNTIL(t, t->eof, 20);
+	}
+	assert_true(t->eof);
+	assert_true(strncmp(t->in, "HTTP/1.1 408 ", 13) == 0);
+	assert_int_equal(t->requests, 0);
+}
+
+static void
+test_keepalive_idle_connection_closed_silently(void **state)
+{
+	t_ctx *t = *state;
+	h1s_stats st;
+	size_t len;
+
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	len = t->inlen;
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_int_equal(t->inlen, len);	/* nothing more was written */
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.conns, 0);
+	assert_int_equal(st.errors, 0);
+}
+
+static void
+test_silent_fresh_connection_closed_after_header_timeout(void **state)
+{
+	t_ctx *t = *state;
+
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_int_equal(t->inlen, 0);
+	assert_int_equal(t->errors, 0);
+}
+
+static void
+test_send_timeout_abandons_reader_that_never_reads(void **state)
+{
+	t_ctx *t = *state;
+	h1s_stats st;
+
+	t->mode = M_BIG;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	/* the client never reads: turn() is not used from here on */
+	{
+		double end = now_ms() + 3000;
+		struct timeval tv = { 0, 5000 };
+
+		while (t->closes == 0 && now_ms() < end) {
+			event_base_loopexit(t->base, &tv);
+			event_base_dispatch(t->base);
+		}
+	}
+	assert_int_equal(t->closes, 1);
+	assert_int_equal(t->completes, 0);
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.timeouts, 1);
+	assert_int_equal(st.conns, 0);
+}
+
+/* --- the client leaving ---------------------------------------------------- */
+
+static void
+test_client_eof_during_service_runs_on_close(void **state)
+{
+	t_ctx *t = *state;
+	h1s_req *r;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	r = t->held;
+	assert_false(h1s_client_gone(r));
+	close(t->cfd);
+	t->cfd = -1;
+	assert_true(RUN_UNTIL(t, t->closes == 1, 2000));
+	assert_int_equal(t->completes, 0);
+	assert_null(t->held);
+}
+
+static void
+test_client_gone_without_on_close_completes_at_reply(void **state)
+{
+	t_ctx *t = *state;
+	h1s_stats st;
+
+	t->mode = M_HOLD_NOCLOSE;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	close(t->cfd);
+	t->cfd = -1;
+	assert_true(RUN_UNTIL(t, h1s_client_gone(t->held), 2000));
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.conns, 0);		/* the socket is closed */
+	h1s_reply(t->held, 200, NULL, "late", 4);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_int_equal(t->closes, 0);
+}
+
+static void
+test_half_closed_client_still_answered(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET /h HTTP/1.1\r\n\r\n");
+	shutdown(t->cfd, SHUT_WR);
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_non_null(strstr(t->in, "GET /h 1"));
+	assert_int_equal(t->completes, 1);
+}
+
+static void
+test_abort_cuts_stream_without_last_chunk(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_reply_start(t->held, 200, NULL, -1);
+	h1s_reply_chunk(t->held, "abc", 3);
+	h1s_abort(t->held);
+	t->held = NULL;
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_non_null(strstr(t->in, "\r\n3\r\nabc\r\n"));
+	assert_null(strstr(t->in, "0\r\n\r\n"));
+	RUN_UNTIL(t, false, 20);
+	assert_int_equal(t->completes, 0);
+	assert_int_equal(t->closes, 0);
+}
+
+static void
+test_body_unchanged_while_pipelined_bytes_arrive(void **state)
+{
+	t_ctx *t = *state;
+	const char *b;
+	size_t bl;
+
+	t->mode = M_HOLD;
+	csend(t, "POST /p HTTP/1.1\r\nX-A: keep\r\nContent-Length: 5\r\n\r\n"
+	    "12345");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	csend(t, "POST /q HTTP/1.1\r\nX-A: next\r\nContent-Length: 5\r\n\r\n"
+	    "67890");
+	RUN_UNTIL(t, false, 30);
+	b = h1s_body(t->held, &bl);
+	assert_int_equal(bl, 5);
+	assert_memory_equal(b, "12345", 5);
+	assert_string_equal(h1s_find_header(t->held, "x-a"), "keep");
+	assert_string_equal(h1s_path(t->held), "/p");
+	h1s_reply(t->held, 204, NULL, NULL, 0);
+	assert_true(RUN_UNTIL(t, t->requests == 2, 2000));
+	b = h1s_body(t->held, &bl);
+	assert_memory_equal(b, "67890", 5);
+	assert_string_equal(h1s_find_header(t->held, "X-A"), "next");
+	h1s_reply(t->held, 204, NULL, NULL, 0);
+	assert_true(RUN_UNTIL(t, t->completes == 2, 2000));
+}
+
+/* --- streaming and framing ------------------------------------------------- */
+
+static void
+test_stream_chunked_framing_byte_exact(void **state)
+{
+	t_ctx *t = *state;
+	const char *body;
+
+	t->mode = M_STREAM;
+	csend(t, "GET /s HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "Transfer-Encoding: chunked\r\n"));
+	assert_null(strstr(t->in, "Content-Length"));
+	body = strstr(t->in, "\r\n\r\n");
+	assert_non_null(body);
+	assert_string_equal(body + 4, "2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n");
+	assert_false(t->eof);
+}
+
+static void
+test_stream_http10_close_delimited(void **state)
+{
+	t_ctx *t = *state;
+	const char *body;
+
+	t->mode = M_STREAM;
+	csend(t, "GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_true(strncmp(t->in, "HTTP/1.0 200 OK\r\n", 17) == 0);
+	assert_null(strstr(t->in, "Transfer-Encoding"));
+	assert_null(strstr(t->in, "Content-Length"));
+	assert_non_null(strstr(t->in, "Connection: close\r\n"));
+	body = strstr(t->in, "\r\n\r\n");
+	assert_string_equal(body + 4, "abcde");
+	assert_int_equal(t->completes, 1);
+}
+
+static void
+test_stream_content_length_identity(void **state)
+{
+	t_ctx *t = *state;
+	const char *body;
+
+	t->mode = M_STREAM_CL;
+	csend(t, "GET /s HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "Content-Length: 5\r\n"));
+	assert_null(strstr(t->in, "Transfer-Encoding"));
+	body = strstr(t->in, "\r\n\r\n");
+	assert_string_equal(body + 4, "abcde");
+	assert_false(t->eof);
+}
+
+static void
+test_stream_short_content_length_closes(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_reply_start(t->held, 200, NULL, 10);
+	h1s_reply_chunk(t->held, "abc", 3);
+	h1s_reply_end(t->held);
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_int_equal(t->completes, 1);
+}
+
+static void
+test_head_answered_without_body(void **state)
+{
+	t_ctx *t = *state;
+	const char *e;
+
+	csend(t, "HEAD /x HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "Content-Length: 10\r\n"));
+	e = strstr(t->in, "\r\n\r\n");
+	assert_non_null(e);
+	assert_int_equal(e[4], '\0');		/* nothing after the head */
+	/* the framing holds: the next answer starts right after */
+	csend(t, "GET /y HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 2, 2000));
+	assert_true(strncmp(e + 4, "HTTP/1.1 200 OK\r\n", 17) == 0);
+}
+
+static void
+test_no_body_statuses_have_no_framing(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_reply_start(t->held, 204, NULL, -1);
+	h1s_reply_chunk(t->held, "ignored", 7);
+	h1s_reply_end(t->held);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_null(strstr(t->in, "Transfer-Encoding"));
+	assert_null(strstr(t->in, "Content-Length"));
+	assert_null(strstr(t->in, "ignored"));
+	assert_false(t->eof);
+}
+
+static void
+test_http10_closed_without_keepalive(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET / HTTP/1.0\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_true(strncmp(t->in, "HTTP/1.0 200 OK\r\n", 17) == 0);
+	assert_non_null(strstr(t->in, "Connection: close\r\n"));
+}
+
+static void
+test_http10_keepalive_when_asked(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET /a HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "Connection: keep-alive\r\n"));
+	csend(t, "GET /b HTTP/1.0\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_non_null(strstr(t->in, "GET /b 0"));
+}
+
+static void
+test_connection_close_honoured(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "GET / HTTP/1.1\r\nConnection: close\r\n\r\nGET /no HTTP/1.1"
+	    "\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_non_null(strstr(t->in, "Connection: close\r\n"));
+	assert_int_equal(t->requests, 1);
+}
+
+static void
+test_response_fields_added_deleted_and_reserved_ignored(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	assert_int_equal(h1s_add_header(t->held, "X-One", "1"), 0);
+	assert_int_equal(h1s_add_header(t->held, "X-Two", "2"), 0);
+	assert_int_equal(h1s_add_header(t->held, "x-one", "again"), 0);
+	assert_int_equal(h1s_add_header(t->held, "Content-Length", "99"), 0);
+	assert_int_equal(h1s_add_header(t->held, "Bad Name", "v"), EINVAL);
+	assert_int_equal(h1s_add_header(t->held, "X-Bad", "a\r\nb"), EINVAL);
+	h1s_del_header(t->held, "X-ONE");
+	h1s_reply(t->held, 200, "Fine", "ok", 2);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_true(strncmp(t->in, "HTTP/1.1 200 Fine\r\n", 19) == 0);
+	assert_null(strstr(t->in, "X-One"));
+	assert_null(strstr(t->in, "x-one"));
+	assert_non_null(strstr(t->in, "X-Two: 2\r\n"));
+	assert_non_null(strstr(t->in, "Content-Length: 2\r\n"));
+	assert_null(strstr(t->in, "99"));
+}
+
+/* --- the server ------------------------------------------------------------ */
+
+static void
+test_drain_closes_idle_and_busy_after_response(void **state)
+{
+	t_ctx *t = *state;
+	int sv[2];
+	char b[64];
+	h1s_stats st;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(h1s_server_adopt(t->s, sv[0]), 0);	/* idle */
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_server_drain(t->s);
+	h1s_server_drain(t->s);			/* idempotent */
+	assert_int_equal(recv(sv[1], b, sizeof(b), 0), 0);	/* closed */
+	close(sv[1]);
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.conns, 1);
+	h1s_reply(t->held, 200, NULL, "bye", 3);
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_non_null(strstr(t->in, "Connection: close\r\n"));
+	assert_non_null(strstr(t->in, "bye"));
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.conns, 0);
+}
+
+static int
+tcp_connect(int lfd)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd;
+
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	assert_true((fd = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, len), 0);
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	return fd;
+}
+
+static void
+on_request_peer(void *arg, h1s_req *r)
+{
+	t_ctx *t = arg;
+
+	snprintf(t->last_path, sizeof(t->last_path), "%s %d", h1s_peer(r),
+	    h1s_peer_loopback(r));
+	t->requests++;
+	h1s_reply(r, 200, NULL, "tcp", 3);
+}
+
+static void
+test_loopback_listener_accepts_and_serves(void **state)
+{
+	t_ctx *t = *state;
+	static const h1s_cbs pcbs = { on_request_peer, on_error };
+	h1s_server *s2;
+	h1s_stats st;
+	int lfd2, fd;
+	struct sockaddr_in sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true((lfd2 = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK,
+	    0)) >= 0);
+	assert_int_equal(bind(lfd2, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd2, 16), 0);
+	assert_non_null(s2 = h1s_server_new(t->base, lfd2, NULL, &pcbs, t));
+	fd = tcp_connect(lfd2);
+	close(t->cfd);
+	t->cfd = fd;
+	csend(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+	assert_true(RUN_UNTIL(t, strstr(t->in, "tcp") != NULL, 2000));
+	assert_string_equal(t->last_path, "127.0.0.1 1");
+	h1s_server_stats(s2, &st);
+	assert_int_equal(st.accepted, 1);
+	assert_int_equal(st.requests, 1);
+	h1s_server_free(s2);
+	close(lfd2);
+}
+
+static void
+test_max_conns_pauses_accept_until_a_close(void **state)
+{
+	t_ctx *t = *state;
+	h1s_stats st;
+	int fd;
+
+	/* the adopted socketpair is the one connection allowed */
+	fd = tcp_connect(t->lfd);
+	RUN_UNTIL(t, false, 50);
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(st.accepted, 1);
+	close(t->cfd);			/* the first one leaves */
+	t->cfd = fd;
+	assert_true(RUN_UNTIL(t, (h1s_server_stats(t->s, &st),
+	    st.accepted == 2), 2000));
+	csend(t, "GET /second HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, strstr(t->in, "GET /second 1") != NULL,
+	    2000));
+}
+
+static int
+setup_one_conn(void **state)
+{
+	h1s_limits l;
+
+	h1s_limits_default(&l);
+	l.max_conns = 1;
+	*state = setup_lim(&l);
+	return 0;
+}
+
 int
 main(void)
 {
@@ -825,6 +1308,35 @@ main(void)
 		T(test_expect_100_continue_gets_interim_100),
 		cmocka_unit_test_setup_teardown(test_expect_100_continue_over_limit_is_413_without_100, setup_small,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_head_trickled_past_deadline_gets_408_and_close, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_body_past_deadline_gets_408, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_keepalive_idle_connection_closed_silently, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_silent_fresh_connection_closed_after_header_timeout, setup_small,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_send_timeout_abandons_reader_that_never_reads, setup_small,
+		    teardown),
+		T(test_client_eof_during_service_runs_on_close),
+		T(test_client_gone_without_on_close_completes_at_reply),
+		T(test_half_closed_client_still_answered),
+		T(test_abort_cuts_stream_without_last_chunk),
+		T(test_body_unchanged_while_pipelined_bytes_arrive),
+		T(test_stream_chunked_framing_byte_exact),
+		T(test_stream_http10_close_delimited),
+		T(test_stream_content_length_identity),
+		T(test_stream_short_content_length_closes),
+		T(test_head_answered_without_body),
+		T(test_no_body_statuses_have_no_framing),
+		T(test_http10_closed_without_keepalive),
+		T(test_http10_keepalive_when_asked),
+		T(test_connection_close_honoured),
+		T(test_response_fields_added_deleted_and_reserved_ignored),
+		T(test_drain_closes_idle_and_busy_after_response),
+		T(test_loopback_listener_accepts_and_serves),
+		cmocka_unit_test_setup_teardown(test_max_conns_pauses_accept_until_a_close,
+		    setup_one_conn, teardown),
 #undef T
 	};
 
