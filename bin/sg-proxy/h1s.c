@@ -2341,6 +2341,8 @@ h1s_reply(h1s_req *r, int status, const char *reason, const void *body,
 		gone_end(c);
 		return;
 	}
+	if (body == NULL)
+		len = 0;
 	if (!head_build(c, status, reason, (int64_t)len)) {
 		c->phase = R_ENDED;
 		conn_gone(c);
@@ -2348,7 +2350,7 @@ h1s_reply(h1s_req *r, int status, const char *reason, const void *body,
 	}
 	c->phase = R_ENDED;
 	v.iov_base = (void *)(uintptr_t)body;
-	v.iov_len = c->nobody || body == NULL ? 0 : len;
+	v.iov_len = c->nobody ? 0 : len;
 	if (out_write(c, &v, 1))
 		resp_check(c);
 }
