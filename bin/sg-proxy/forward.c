@@ -13,12 +13,16 @@
  * the internal x-stargate-retryable / -retry-reason / -retry-after-ms /
  * -expected-queue-ms / -error-code, and traceparent (replaced by the
  * attempt span's).  Added: x-stargate-expected-queue-ms when known.
- * The body is the evhttp input buffer, kept (made contiguous once) for
- * replay on a retry.
+ * One helper (forward_client_headers) copies the client's fields with a
+ * pass predicate for every header block (engine, role all, gateway to
+ * router).  The body is h1s_body: contiguous and stable until the request
+ * is freed, so a retry replays it as is (no copy).
  *
  * Response: the upstream status line and its headers, filtered by the same
- * list (content-length kept, so a unary reply is not re-chunked), plus
- * x-stargate-cluster-id.  The reply starts when the upstream headers are
+ * list (forward_copy_response, with the gateway's predicate on the gateway
+ * edge), plus x-stargate-cluster-id; the upstream's Content-Length becomes
+ * the reply's framing (h1s writes the framing fields itself), so a unary
+ * reply is not re-chunked.  The reply starts when the upstream headers are
  * complete; body bytes are passed on as they arrive (SSE included).
  * A 429/503 with x-stargate-retryable: true while the retry budget lasts
  * is not passed on: its body is drained (so the connection is reused), the
@@ -26,19 +30,20 @@
  * A transport error before any response byte is retried the same way
  * (reason connect_failover); with no budget left it is a 502.
  *
- * Backpressure: when the client connection's output buffer holds more
- * than PROXY_HWM bytes, the transfer is paused (native: h1_pause once the
- * chunk is queued, the kernel keeps the rest; curl: CURL_WRITEFUNC_PAUSE,
- * curl keeps the bytes); the write-complete callback
- * of the last chunk sent resumes it once the client has drained it.
+ * Backpressure: when h1s holds more than PROXY_HWM unsent bytes for the
+ * client, the transfer is paused (native: h1_pause once the chunk is
+ * queued, the kernel keeps the rest; curl: CURL_WRITEFUNC_PAUSE, curl
+ * keeps the bytes); h1s_on_drain resumes it once the client has read
+ * everything queued.
  *
  * Timeouts: connect (--connect-timeout-ms) by the client; idle (no upstream byte
  * for --upstream-timeout-ms, not counting time paused for a slow client)
  * by the request's timer: 504 before the reply started, else the client
  * connection is closed (a truncated reply must not look complete).
  *
- * A client that goes away cancels the transfer and releases the
- * reservation; the request context never touches the evhttp request again.
+ * A client that goes away (h1s on_close, which h1s watches for during
+ * routing waits too) cancels the transfer and releases the reservation;
+ * the request context never touches the h1s request again.
  *
  * Role all (q->gw.on): the engine's headers are the client's that pass the
  * gateway (its own headers and x-request-id replaced by the trusted ones)
@@ -47,10 +52,6 @@
  * gateway's hygiene and rewrite (gateway.c), and x-stargate-cluster-id
  * is not added (the selection is written to the store instead).
  */
-#include <sys/queue.h>
-
-#include <sys/socket.h>
-
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -58,11 +59,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #include "proxy.h"
 
@@ -80,7 +77,7 @@ static const char *const request_drop[] = {
 	"traceparent", NULL,
 };
 static const char *const response_drop[] = {
-	"x-stargate-cluster-id", NULL,
+	"x-stargate-cluster-id", "content-length", "date", NULL,
 };
 
 static bool
@@ -91,8 +88,6 @@ in_list(const char *const *l, const char *name, size_t len)
 			return true;
 	return false;
 }
-
-static void on_client_readable(evutil_socket_t fd, short what, void *arg);
 
 bool
 header_forbidden(const char *name, size_t len)
@@ -110,47 +105,6 @@ response_forbidden(const char *name, size_t len)
 
 /* --- request contexts ---------------------------------------------------------- */
 
-/*
- * evhttp stops reading a connection while its request is being served, so
- * a client that goes away during a routing wait or before the first
- * upstream byte would go unnoticed.  A one-shot read event on the socket
- * peeks: EOF or an error frees the connection (its close callback then
- * cancels the request); data (a pipelined request) ends the watch.
- */
-static void
-on_client_readable(evutil_socket_t fd, short what, void *arg)
-{
-	preq *q = arg;
-	char c;
-	ssize_t n;
-
-	(void)what;
-	n = recv(fd, &c, 1, MSG_PEEK);
-	if (n > 0 || q->conn == NULL)
-		return;
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-	    errno == EINTR)) {
-		event_add(q->watch, NULL);
-		return;
-	}
-	evhttp_connection_free(q->conn);	/* runs forward_close_client */
-}
-
-void
-forward_watch_client(preq *q)
-{
-	struct bufferevent *bev;
-	evutil_socket_t fd;
-
-	if (q->conn == NULL ||
-	    (bev = evhttp_connection_get_bufferevent(q->conn)) == NULL ||
-	    (fd = bufferevent_getfd(bev)) < 0)
-		return;
-	if (event_assign(q->watch, q->p->base, fd, EV_READ, on_client_readable,
-	    q) == 0)
-		event_add(q->watch, NULL);
-}
-
 preq *
 preq_get(proxy *p)
 {
@@ -161,22 +115,14 @@ preq_get(proxy *p)
 	else {
 		if ((q = calloc(1, sizeof(*q))) == NULL)
 			return NULL;
-		if ((q->chunk = evbuffer_new()) == NULL ||
-		    (q->timer = evtimer_new(p->base, route_on_timer, q)) ==
-		    NULL ||
-		    (q->watch = event_new(p->base, -1, 0, on_client_readable,
-		    q)) == NULL) {
-			if (q->chunk != NULL)
-				evbuffer_free(q->chunk);
-			if (q->timer != NULL)
-				event_free(q->timer);
+		if ((q->timer = evtimer_new(p->base, route_on_timer, q)) ==
+		    NULL) {
 			free(q);
 			return NULL;
 		}
 	}
 	q->p = p;
 	q->req = NULL;
-	q->conn = NULL;
 	q->gen = NULL;
 	q->model = NULL;
 	q->t0 = mono_ms();
@@ -196,6 +142,8 @@ preq_get(proxy *p)
 	q->hx = NULL;
 	q->hdrs = NULL;
 	q->ustatus = 0;
+	q->ulen = -1;
+	q->ob.len = 0;
 	q->close_after = false;
 	q->attached = false;
 	q->prev = NULL;
@@ -213,16 +161,13 @@ preq_put(preq *q)
 
 	forward_cancel(q);
 	gateway_release(q);
-	event_del(q->watch);
-	if (q->conn != NULL)
-		evhttp_connection_set_closecb(q->conn, NULL, NULL);
-	q->conn = NULL;
-	q->req = NULL;
+	/* still holding the client request: its answer was never ended */
+	forward_abort_client(q);
 	sg_request_release(&q->sr);
 	if (q->gen != NULL)
 		gen_unref(q->gen);
 	q->gen = NULL;
-	evbuffer_drain(q->chunk, evbuffer_get_length(q->chunk));
+	q->ob.len = 0;
 	q->phase = PQ_FREE;
 	if (q->prev != NULL)
 		q->prev->next = q->next;
@@ -298,42 +243,45 @@ forward_cancel(preq *q)
 	evtimer_del(q->timer);
 }
 
-/* Close the client connection (a reply cut short must not look whole). */
+/* Close the client connection (a reply cut short must not look whole);
+ * the request context lets go of the h1s request. */
 void
 forward_abort_client(preq *q)
 {
-	struct evhttp_connection *c = q->conn;
+	h1s_req *r = q->req;
 
-	if (c != NULL) {
-		evhttp_connection_set_closecb(c, NULL, NULL);
-		q->conn = NULL;
-		q->req = NULL;
-		evhttp_connection_free(c);
-	}
+	if (r == NULL)
+		return;
+	q->req = NULL;
+	h1s_on_drain(r, NULL, NULL);
+	h1s_on_complete(r, NULL, NULL);
+	h1s_on_close(r, NULL, NULL);
+	h1s_abort(r);
+}
+
+/* The final reply was ended: h1s writes it, the worker counts it. */
+static void
+reply_done(preq *q)
+{
+	worker_track_reply(q->req);
+	h1s_reply_end(q->req);
+	q->req = NULL;
 }
 
 void
-forward_close_client(struct evhttp_connection *c, void *arg)
+forward_close_client(h1s_req *hr, void *arg)
 {
 	preq *q = arg;
 	sg_log_rec r;
 
-	(void)c;
+	(void)hr;
 	sg_log_begin(&r, q->p->log, SG_LOG_INFO, wall_s(),
 	    "client went away");
 	sg_log_str(&r, "request_id", q->sr.request_id);
 	sg_log_u64(&r, "attempts", q->attempts);
 	sg_log_end(&r);
 	forward_cancel(q);
-	/*
-	 * A client that went away while we still owed it an answer leaves
-	 * the request detached from its connection: it is ours to free.
-	 * At shutdown the request is still attached and libevent frees it.
-	 */
-	if (q->req != NULL && evhttp_request_get_connection(q->req) == NULL)
-		evhttp_request_free(q->req);
-	q->req = NULL;
-	q->conn = NULL;
+	q->req = NULL;			/* h1s frees it when we return */
 	metrics_request(q, q->cur != NULL ? q->cur->cs->id : "", 499);
 	preq_finish(q, 499);
 }
@@ -354,25 +302,25 @@ add_header(preq *q, const char *line)
 static int
 build_headers(preq *q)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
-	struct evkeyval *kv;
+	const h1s_header *in;
 	bool ctype = false, accept = false;
 	char *buf = q->p->hbuf;
-	size_t i;
+	size_t i, nin;
 	size_t cap = q->p->hbufcap;
 	char tp[OTLP_TRACEPARENT_LEN + 1];
 
-	TAILQ_FOREACH(kv, in, next) {
-		size_t nl = strlen(kv->key);
+	in = h1s_headers(q->req, &nin);
+	for (i = 0; i < nin; i++) {
+		const h1s_header *h = &in[i];
 
-		if (header_forbidden(kv->key, nl) ||
-		    (q->gw.on && !gateway_client_header_passes(kv->key)))
+		if (header_forbidden(h->name, h->name_len) || (q->gw.on &&
+		    !gateway_client_header_passes(h->name, h->name_len)))
 			continue;
-		if (strcasecmp(kv->key, "content-type") == 0)
+		if (strcasecmp(h->name, "content-type") == 0)
 			ctype = true;
-		else if (strcasecmp(kv->key, "accept") == 0)
+		else if (strcasecmp(h->name, "accept") == 0)
 			accept = true;
-		if ((size_t)snprintf(buf, cap, "%s: %s", kv->key, kv->value) >=
+		if ((size_t)snprintf(buf, cap, "%s: %s", h->name, h->value) >=
 		    cap)
 			continue;	/* cannot happen: headers are bounded */
 		if (add_header(q, buf) != 0)
@@ -432,7 +380,6 @@ reason_label(const char *s)
 static void
 start_reply(preq *q)
 {
-	struct evkeyvalq *out = evhttp_request_get_output_headers(q->req);
 	double now = mono_ms();
 	char res[32];
 	int status = q->ustatus;
@@ -440,9 +387,9 @@ start_reply(preq *q)
 	if (q->gw.on)
 		status = gateway_reply_start(q, q->ustatus, q->cur->cs->id);
 	else
-		evhttp_add_header(out, "x-stargate-cluster-id", q->cur->cs->id);
+		h1s_add_header(q->req, "x-stargate-cluster-id", q->cur->cs->id);
 	if (q->close_after)
-		evhttp_add_header(out, "Connection", "close");
+		h1s_set_close(q->req);
 	q->phase = PQ_STREAMING;
 	snprintf(res, sizeof(res), "upstream_%d", q->ustatus);
 	metrics_attempt(q, q->cur->cs->id, res);
@@ -454,8 +401,8 @@ start_reply(preq *q)
 		gateway_send_start(q, status, q->ureason[0] != '\0' &&
 		    status == q->ustatus ? q->ureason : http_reason(status));
 	else
-		evhttp_send_reply_start(q->req, status, q->ureason[0] != '\0' ?
-		    q->ureason : http_reason(status));
+		h1s_reply_start(q->req, status, q->ureason[0] != '\0' ?
+		    q->ureason : http_reason(status), q->ulen);
 }
 
 /* The upstream headers are complete: pass them on, or refuse and retry. */
@@ -499,8 +446,9 @@ status_line(preq *q, const char *s, size_t n)
 	/* A new response (after 1xx): forget what the last one said. */
 	q->u_retryable = false;
 	q->retry_reason[0] = '\0';
+	q->ulen = -1;
 	if (q->req != NULL)
-		evhttp_clear_headers(evhttp_request_get_output_headers(q->req));
+		h1s_clear_headers(q->req);
 }
 
 static size_t
@@ -509,7 +457,7 @@ on_header(char *ptr, size_t size, size_t nitems, void *arg)
 	preq *q = arg;
 	size_t len = size * nitems, n = len, nl, vl;
 	const char *colon, *v;
-	char *buf = q->p->hbuf;
+	uint64_t cl;
 
 	q->last_data_ms = mono_ms();
 	q->got_bytes = true;
@@ -537,6 +485,9 @@ on_header(char *ptr, size_t size, size_t nitems, void *arg)
 	else if (nl == 23 && strncasecmp(ptr, "x-stargate-retry-reason",
 	    23) == 0)
 		copy_trimmed(q->retry_reason, sizeof(q->retry_reason), v, vl);
+	else if (nl == 14 && strncasecmp(ptr, "content-length", 14) == 0 &&
+	    sg_parse_u64(v, vl, INT64_MAX, &cl) == 0)
+		q->ulen = (int64_t)cl;
 	if (q->gw.on && nl == 21 && strncasecmp(ptr, "x-stargate-error-code",
 	    21) == 0) {
 		q->gw.uerrcodes++;
@@ -544,32 +495,36 @@ on_header(char *ptr, size_t size, size_t nitems, void *arg)
 		    strncmp(v, "overloaded_error", 16) == 0;
 	}
 	if (nl == 0 || response_forbidden(ptr, nl) ||
-	    (q->gw.on && !gateway_response_passes(q, ptr, nl)) ||
-	    nl + vl + 2 > q->p->hbufcap)
+	    (q->gw.on && !gateway_response_passes(q, ptr, nl)))
 		return len;
-	memcpy(buf, ptr, nl);
-	buf[nl] = '\0';
-	memcpy(buf + nl + 1, v, vl);
-	buf[nl + 1 + vl] = '\0';
-	evhttp_add_header(evhttp_request_get_output_headers(q->req), buf,
-	    buf + nl + 1);
+	(void)h1s_add_header_n(q->req, ptr, nl, v, vl);
 	return len;
 }
 
-void
-forward_on_written(struct evhttp_connection *c, void *arg)
+/* h1s wrote everything queued for the client: resume the transfer. */
+static void
+on_client_drained(h1s_req *r, void *arg)
 {
 	preq *q = arg;
 
-	if (q->conn == c && q->paused && q->hx != NULL) {
-		q->paused = false;
-		q->last_data_ms = mono_ms();
+	(void)r;
+	if (!q->paused)
+		return;
+	q->paused = false;
+	q->last_data_ms = mono_ms();
+	if (q->hx != NULL)
 		h1_resume(q->hx);
-	} else if (q->conn == c && q->paused && q->x != NULL) {
-		q->paused = false;
-		q->last_data_ms = mono_ms();
+	else if (q->x != NULL)
 		curl_easy_pause(q->x->easy, CURLPAUSE_CONT);
-	}
+}
+
+static void
+pause_for_client(preq *q)
+{
+	if (q->paused)
+		return;
+	q->paused = true;
+	h1s_on_drain(q->req, on_client_drained, q);
 }
 
 static size_t
@@ -577,22 +532,17 @@ on_body(char *ptr, size_t size, size_t nitems, void *arg)
 {
 	preq *q = arg;
 	size_t len = size * nitems;
-	struct bufferevent *bev;
 
 	q->last_data_ms = mono_ms();
 	if (q->discard)
 		return len;
-	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL)
+	if (q->phase != PQ_STREAMING || q->req == NULL)
 		return 0;		/* abort: nowhere to send it */
-	bev = evhttp_connection_get_bufferevent(q->conn);
-	if (bev != NULL &&
-	    evbuffer_get_length(bufferevent_get_output(bev)) > PROXY_HWM) {
-		q->paused = true;
+	if (h1s_unsent(q->req) > PROXY_HWM) {
+		pause_for_client(q);
 		return CURL_WRITEFUNC_PAUSE;
 	}
-	evbuffer_add(q->chunk, ptr, len);
-	evhttp_send_reply_chunk_with_cb(q->req, q->chunk,
-	    forward_on_written, q);
+	(void)h1s_reply_chunk(q->req, ptr, len);
 	return len;
 }
 
@@ -632,7 +582,7 @@ static void
 reset_output_headers(preq *q)
 {
 	if (q->req != NULL)
-		evhttp_clear_headers(evhttp_request_get_output_headers(q->req));
+		h1s_clear_headers(q->req);
 }
 
 /* The attempt is over without a reply: retry or answer 502. */
@@ -689,10 +639,8 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 	if (q->gw.on && q->req != NULL)
 		gateway_emit(q, NULL, 0, true);
 	forward_cancel(q);
-	if (q->req != NULL) {
-		worker_track_reply(q->req);
-		evhttp_send_reply_end(q->req);
-	}
+	if (q->req != NULL)
+		reply_done(q);
 	metrics_request(q, q->cur->cs->id, status);
 	otlp_span_end(&q->aspan);
 	preq_finish(q, status);
@@ -737,30 +685,39 @@ forward_hblk_add(preq *q, const char *name, size_t nl, const char *v, size_t vl)
 	return 0;
 }
 
+int
+forward_client_headers(preq *q, hdr_pass_fn pass)
+{
+	const h1s_header *h;
+	size_t i, n;
+
+	h = h1s_headers(q->req, &n);
+	for (i = 0; i < n; i++)
+		if (pass(h[i].name, h[i].name_len) &&
+		    forward_hblk_add(q, h[i].name, h[i].name_len, h[i].value,
+		    h[i].value_len) != 0)
+			return -1;
+	return 0;
+}
+
+static bool
+engine_passes(const char *name, size_t len)
+{
+	return !header_forbidden(name, len);
+}
+
 /* The engine's header block: what build_headers passes to curl, minus
  * curl's workarounds (h1 adds Host, Content-Length and Connection only). */
 static int
 native_headers(preq *q)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
-	struct evkeyval *kv;
 	char tp[OTLP_TRACEPARENT_LEN + 1], num[24];
 	int n;
 
 	q->hblen = 0;
-	if (q->gw.on) {
-		if (gateway_engine_headers(q) != 0)
-			return -1;
-	} else
-		TAILQ_FOREACH(kv, in, next) {
-			size_t nl = strlen(kv->key);
-
-			if (header_forbidden(kv->key, nl))
-				continue;
-			if (forward_hblk_add(q, kv->key, nl, kv->value,
-			    strlen(kv->value)) != 0)
-				return -1;
-		}
+	if ((q->gw.on ? gateway_engine_headers(q) :
+	    forward_client_headers(q, engine_passes)) != 0)
+		return -1;
 	if (q->has_eq) {
 		n = snprintf(num, sizeof(num), "%llu",
 		    (unsigned long long)q->eq_ms);
@@ -798,25 +755,23 @@ forward_prepare(proxy *p)
 		(void)native_upstream(p, &p->gen->cl[i]);
 }
 
-static int
-n_headers(void *arg, const h1_resp *r)
+/*
+ * The upstream head's status, reason, Content-Length and retry fields into
+ * q; its fields that pass (pass(q, name, len)) onto the client reply.
+ */
+void
+forward_copy_response(preq *q, const h1_resp *r,
+    bool (*pass)(preq *q, const char *name, size_t nl))
 {
-	preq *q = arg;
-	struct evkeyvalq *out;
-	char *buf = q->p->hbuf;
 	size_t i;
 
 	q->last_data_ms = mono_ms();
 	q->got_bytes = true;
 	q->ustatus = r->status;
+	q->ulen = r->content_length;
 	copy_trimmed(q->ureason, sizeof(q->ureason), r->reason, r->reason_len);
 	q->u_retryable = false;
 	q->retry_reason[0] = '\0';
-	if (q->req == NULL)
-		return H1_CONTINUE;	/* n_data ends it */
-	if (q->gw.on)
-		gateway_note_headers(q, r);
-	out = evhttp_request_get_output_headers(q->req);
 	for (i = 0; i < r->nheaders; i++) {
 		const h1_header *h = &r->headers[i];
 		size_t nl = h->name_len, vl = h->value_len;
@@ -829,16 +784,30 @@ n_headers(void *arg, const h1_resp *r)
 		    "x-stargate-retry-reason", 23) == 0)
 			copy_trimmed(q->retry_reason, sizeof(q->retry_reason),
 			    h->value, vl);
-		if (response_forbidden(h->name, nl) ||
-		    (q->gw.on && !gateway_response_passes(q, h->name, nl)) ||
-		    nl + vl + 2 > q->p->hbufcap)
-			continue;
-		memcpy(buf, h->name, nl);
-		buf[nl] = '\0';
-		memcpy(buf + nl + 1, h->value, vl);
-		buf[nl + 1 + vl] = '\0';
-		evhttp_add_header(out, buf, buf + nl + 1);
+		if (q->req != NULL && pass(q, h->name, nl))
+			(void)h1s_add_header_n(q->req, h->name, nl, h->value,
+			    vl);
 	}
+}
+
+/* Which engine response fields reach the client on the router path. */
+static bool
+response_passes(preq *q, const char *name, size_t nl)
+{
+	return !response_forbidden(name, nl) &&
+	    (!q->gw.on || gateway_response_passes(q, name, nl));
+}
+
+static int
+n_headers(void *arg, const h1_resp *r)
+{
+	preq *q = arg;
+
+	if (q->req != NULL && q->gw.on)
+		gateway_note_headers(q, r);
+	forward_copy_response(q, r, response_passes);
+	if (q->req == NULL)
+		return H1_CONTINUE;	/* n_data ends it */
 	headers_done(q);
 	return q->discard ? H1_DISCARD : H1_CONTINUE;
 }
@@ -849,7 +818,7 @@ n_data(void *arg, const char *ptr, size_t len)
 	preq *q = arg;
 
 	q->last_data_ms = mono_ms();
-	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL) {
+	if (q->phase != PQ_STREAMING || q->req == NULL) {
 		h1_cancel(q->hx);	/* nowhere to send it */
 		q->hx = NULL;
 		attempt_over(q, false, false, "client gone");
@@ -859,22 +828,16 @@ n_data(void *arg, const char *ptr, size_t len)
 		gateway_emit(q, ptr, len, false);
 		return;
 	}
-	evbuffer_add(q->chunk, ptr, len);
-	forward_send_chunk(q);
+	forward_send(q, ptr, len);
 }
 
 void
-forward_send_chunk(preq *q)
+forward_send(preq *q, const char *ptr, size_t len)
 {
-	struct bufferevent *bev;
-
-	evhttp_send_reply_chunk_with_cb(q->req, q->chunk,
-	    forward_on_written, q);
-	bev = q->conn != NULL ? evhttp_connection_get_bufferevent(q->conn) :
-	    NULL;
-	if (bev != NULL && q->hx != NULL &&
-	    evbuffer_get_length(bufferevent_get_output(bev)) > PROXY_HWM) {
-		q->paused = true;
+	if (q->req == NULL)
+		return;
+	if (h1s_reply_chunk(q->req, ptr, len) > PROXY_HWM && q->hx != NULL) {
+		pause_for_client(q);
 		h1_pause(q->hx);
 	}
 }
@@ -898,7 +861,8 @@ native_start(preq *q, const pcl *cl, const unsigned char *body,
     size_t blen)
 {
 	proxy *p = q->p;
-	const char *uri = evhttp_request_get_uri(q->req);
+	size_t ulen;
+	const char *uri = h1s_target(q->req, &ulen);
 	h1_upstream *u;
 	h1_req r;
 
@@ -913,7 +877,7 @@ native_start(preq *q, const pcl *cl, const unsigned char *body,
 	r.method = "POST";
 	r.prefix = h1_url_path(cl->def->url, &r.prefix_len);
 	r.target = uri;
-	r.target_len = strlen(uri);
+	r.target_len = ulen;
 	r.hdrs = q->hblk;
 	r.hdrs_len = q->hblen;
 	r.body = body;
@@ -961,16 +925,20 @@ void
 forward_start(preq *q, const pcl *cl, size_t fidx)
 {
 	proxy *p = q->p;
-	struct evbuffer *body = evhttp_request_get_input_buffer(q->req);
-	size_t blen = q->gw.on ? q->gw.blen : evbuffer_get_length(body);
-	const char *uri = evhttp_request_get_uri(q->req);
-	size_t ulen = strlen(uri), need = cl->url_len + ulen + 1;
-	unsigned char *bp = q->gw.on ? (unsigned char *)q->gw.body :
-	    blen > 0 ? evbuffer_pullup(body, -1) : NULL;
+	size_t blen, ulen;
+	const char *cbody = h1s_body(q->req, &blen);
+	const char *uri = h1s_target(q->req, &ulen);
+	size_t need = cl->url_len + ulen + 1;
+	const unsigned char *bp;
 	double now = mono_ms();
 	struct timeval tv;
 	CURL *e;
 
+	if (q->gw.on) {
+		cbody = q->gw.body;
+		blen = q->gw.blen;
+	}
+	bp = (const unsigned char *)cbody;
 	q->cur = cl;
 	q->fidx = fidx;
 	q->attempts++;
@@ -1020,7 +988,8 @@ forward_start(preq *q, const pcl *cl, size_t fidx)
 	curl_easy_setopt(e, CURLOPT_URL, q->url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, q->hdrs);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, bp != NULL ? (char *)bp : "");
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, bp != NULL ? (const char *)bp :
+	    "");
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, q);
@@ -1036,7 +1005,9 @@ forward_start(preq *q, const pcl *cl, size_t fidx)
 fail:
 	forward_cancel(q);
 	metrics_request(q, cl->cs->id, 500);
-	if (q->req != NULL)
+	if (q->req != NULL) {
 		http_send_error(q->req, 500, "internal_error", "out of memory");
+		q->req = NULL;
+	}
 	preq_finish(q, 500);
 }

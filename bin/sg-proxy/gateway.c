@@ -49,8 +49,6 @@
  * Logs name the request id, the routed model and the routing key, never
  * the session id, affinity key or store key.
  */
-#include <sys/queue.h>
-
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -59,11 +57,7 @@
 #include <strings.h>
 #include <sysexits.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <sodium.h>
 
@@ -83,40 +77,42 @@
 /* --- errors the gateway answers itself ------------------------------------ */
 
 static void
-json_escaped(struct evbuffer *b, const char *s)
+json_escaped(pbuf *b, const char *s)
 {
 	size_t n;
 	char *lit = gj_quote(s, strlen(s), &n);
 
 	if (lit == NULL)
-		evbuffer_add(b, "\"\"", 2);
+		pbuf_add(b, "\"\"", 2);
 	else
-		evbuffer_add(b, lit, n);
+		pbuf_add(b, lit, n);
 	free(lit);
 }
 
+#define LIT(b, s)	pbuf_add((b), (s), sizeof(s) - 1)
+
 /* An OpenAI-style error: {"error":{"message","type","param","code"}}. */
 static void
-send_oai_error(struct evhttp_request *req, int status, const char *type,
+send_oai_error(h1s_req *req, int status, const char *type,
     const char *code, const char *msg)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+	pbuf *b = &proxy_self->scratch;
 
-	evhttp_remove_header(h, "Content-Type");
-	evhttp_add_header(h, "Content-Type", "application/json");
-	evbuffer_add_printf(b, "{\"error\":{\"message\":");
+	b->len = 0;
+	LIT(b, "{\"error\":{\"message\":");
 	json_escaped(b, msg);
-	evbuffer_add_printf(b, ",\"type\":");
+	LIT(b, ",\"type\":");
 	json_escaped(b, type);
-	evbuffer_add_printf(b, ",\"param\":null,\"code\":");
+	LIT(b, ",\"param\":null,\"code\":");
 	if (code != NULL)
 		json_escaped(b, code);
 	else
-		evbuffer_add(b, "null", 4);
-	evbuffer_add(b, "}}\n", 3);
+		LIT(b, "null");
+	LIT(b, "}}\n");
+	h1s_del_header(req, "Content-Type");
+	h1s_add_header(req, "Content-Type", "application/json");
 	worker_track_reply(req);
-	evhttp_send_reply(req, status, http_reason(status), NULL);
+	h1s_reply(req, status, http_reason(status), b->b, b->len);
 }
 
 /* Refuse a request that was never attached (no span, not in flight). */
@@ -137,10 +133,10 @@ gw_fail(preq *q, int status, const char *type, const char *code,
 {
 	if (q->req != NULL) {
 		if (q->close_after)
-			evhttp_add_header(evhttp_request_get_output_headers(
-			    q->req), "Connection", "close");
+			h1s_set_close(q->req);
 		gateway_reply_headers(q);
 		send_oai_error(q->req, status, type, code, msg);
+		q->req = NULL;		/* the worker's until written */
 	}
 	otlp_span_status(&q->span, OTLP_STATUS_ERROR, code != NULL ? code :
 	    type);
@@ -286,9 +282,9 @@ gateway_free_keys(proxy *p)
  * about which entry, or how much of one, matched.
  */
 static const apikey *
-auth_key(proxy *p, struct evkeyvalq *in)
+auth_key(proxy *p, h1s_req *req)
 {
-	const char *v = evhttp_find_header(in, "authorization");
+	const char *v = h1s_find_header(req, "authorization");
 	unsigned char h[crypto_hash_sha256_BYTES];
 	const apikey *found = NULL;
 	size_t i, len;
@@ -577,16 +573,13 @@ gateway_update_gauges(proxy *p)
 void
 gateway_reply_headers(preq *q)
 {
-	struct evkeyvalq *out;
-
 	if (q->req == NULL || !q->gw.on)
 		return;
 	/* the upstream's own are never copied (gateway_response_passes) */
-	out = evhttp_request_get_output_headers(q->req);
 	if (q->gw.rid[0] != '\0')
-		evhttp_add_header(out, "x-request-id", q->gw.rid);
+		h1s_add_header(q->req, "x-request-id", q->gw.rid);
 	if (q->gw.id.session_id != NULL)
-		evhttp_add_header(out, "x-multi-turn-session-id",
+		h1s_add_header(q->req, "x-multi-turn-session-id",
 		    q->gw.id.session_id);
 }
 
@@ -630,23 +623,21 @@ gateway_send_start(preq *q, int status, const char *reason)
 		snprintf(g->hreason, sizeof(g->hreason), "%s", reason);
 		return;
 	}
-	evhttp_send_reply_start(q->req, status, reason);
+	/* a rewritten body changes length: chunked */
+	h1s_reply_start(q->req, status, reason, g->rw == RW_NONE ? q->ulen :
+	    -1);
 }
 
-/* The held reply: its body is in q->chunk, whole. */
+/* The held reply: its body is in q->ob, whole. */
 static void
 unhold(preq *q)
 {
 	gwreq *g = &q->gw;
-	char num[24];
 
 	if (!g->held || q->req == NULL)
 		return;
 	g->held = false;
-	snprintf(num, sizeof(num), "%zu", evbuffer_get_length(q->chunk));
-	evhttp_add_header(evhttp_request_get_output_headers(q->req),
-	    "Content-Length", num);
-	evhttp_send_reply_start(q->req, g->hstatus, g->hreason);
+	h1s_reply_start(q->req, g->hstatus, g->hreason, (int64_t)q->ob.len);
 }
 
 static int
@@ -676,11 +667,11 @@ emit_swapped(preq *q, const char *s, size_t n, size_t voff, size_t vlen)
 	gwreq *g = &q->gw;
 
 	if (vlen == g->routedlen && memcmp(s + voff, g->routed, vlen) == 0) {
-		evbuffer_add(q->chunk, s, voff);
-		evbuffer_add(q->chunk, g->pub, g->publen);
-		evbuffer_add(q->chunk, s + voff + vlen, n - voff - vlen);
+		pbuf_add(&q->ob, s, voff);
+		pbuf_add(&q->ob, g->pub, g->publen);
+		pbuf_add(&q->ob, s + voff + vlen, n - voff - vlen);
 	} else
-		evbuffer_add(q->chunk, s, n);
+		pbuf_add(&q->ob, s, n);
 }
 
 static void
@@ -691,8 +682,8 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	int r;
 
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
-		evbuffer_add(q->chunk, ptr, len);
+		pbuf_add(&q->ob, g->rb, g->rblen);
+		pbuf_add(&q->ob, ptr, len);
 		g->rblen = 0;
 		g->rw_done = true;
 		unhold(q);
@@ -707,7 +698,7 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	if (r == GJ_FOUND)
 		emit_swapped(q, g->rb, g->rblen, voff, vlen);
 	else
-		evbuffer_add(q->chunk, g->rb, g->rblen);
+		pbuf_add(&q->ob, g->rb, g->rblen);
 	g->rblen = 0;
 	g->rw_done = true;
 	unhold(q);
@@ -720,7 +711,7 @@ sse_line(preq *q, const char *s, size_t n)
 	size_t j = 5, e = n, voff, vlen;
 
 	if (n < 5 || memcmp(s, "data:", 5) != 0) {
-		evbuffer_add(q->chunk, s, n);
+		pbuf_add(&q->ob, s, n);
 		return;
 	}
 	while (e > j && (s[e - 1] == '\n' || s[e - 1] == '\r'))
@@ -730,7 +721,7 @@ sse_line(preq *q, const char *s, size_t n)
 	if (gj_find_model(s + j, e - j, &voff, &vlen) == GJ_FOUND)
 		emit_swapped(q, s, n, j + voff, vlen);
 	else
-		evbuffer_add(q->chunk, s, n);
+		pbuf_add(&q->ob, s, n);
 }
 
 static void
@@ -742,17 +733,17 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 
 	if (g->rw_midline) {
 		if ((nl = memchr(ptr, '\n', len)) == NULL) {
-			evbuffer_add(q->chunk, ptr, len);
+			pbuf_add(&q->ob, ptr, len);
 			return;
 		}
-		evbuffer_add(q->chunk, ptr, (size_t)(nl - ptr) + 1);
+		pbuf_add(&q->ob, ptr, (size_t)(nl - ptr) + 1);
 		len -= (size_t)(nl - ptr) + 1;
 		ptr = nl + 1;
 		g->rw_midline = false;
 	}
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
-		evbuffer_add(q->chunk, ptr, len);
+		pbuf_add(&q->ob, g->rb, g->rblen);
+		pbuf_add(&q->ob, ptr, len);
 		g->rblen = 0;
 		g->rw_midline = true;
 		return;
@@ -769,7 +760,7 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 		g->rblen -= start;
 	}
 	if (flush || g->rblen > RW_LINE_MAX) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
+		pbuf_add(&q->ob, g->rb, g->rblen);
 		g->rw_midline = !flush && g->rblen > 0;
 		g->rblen = 0;
 	}
@@ -785,9 +776,11 @@ gateway_emit(preq *q, const char *ptr, size_t len, bool flush)
 	else if (g->rw == RW_SSE)
 		sse_step(q, ptr, len, flush);
 	else if (len > 0)
-		evbuffer_add(q->chunk, ptr, len);
-	if (evbuffer_get_length(q->chunk) > 0)
-		forward_send_chunk(q);
+		pbuf_add(&q->ob, ptr, len);
+	if (q->ob.len > 0) {
+		forward_send(q, q->ob.b, q->ob.len);
+		q->ob.len = 0;
+	}
 }
 
 /* --- the gateway role's forward to the router -------------------------- */
@@ -809,40 +802,35 @@ hop_by_hop(const char *name, size_t len)
 }
 
 /* Does the client header travel on?  Not hop-by-hop, not the gateway's
- * own (replaced by the trusted headers), not x-request-id (resolved). */
+ * own (replaced by the trusted headers), not x-request-id (resolved).
+ * name is NUL-terminated (h1s.h). */
 bool
-gateway_client_header_passes(const char *name)
+gateway_client_header_passes(const char *name, size_t len)
 {
-	return !hop_by_hop(name, strlen(name)) &&
-	    !sg_gateway_inbound_owned(name) &&
-	    strcasecmp(name, "x-request-id") != 0;
+	return !hop_by_hop(name, len) && !sg_gateway_inbound_owned(name) &&
+	    !(len == 12 && strncasecmp(name, "x-request-id", 12) == 0);
 }
 
-/* The trusted headers for an in-process router's engine request (role
- * all): the client's headers that pass, plus those trusted headers a
- * remote router would pass on to the engine (header_forbidden applies). */
-int
-gateway_engine_headers(preq *q)
+/* Role all: the client fields an engine gets. */
+static bool
+engine_passes(const char *name, size_t len)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
-	struct evkeyval *kv;
+	return !header_forbidden(name, len) &&
+	    gateway_client_header_passes(name, len);
+}
+
+/* The trusted headers q->gw.gh onto the header block (forbidden: the
+ * engine's filter, or NULL for none). */
+static int
+trusted_headers(preq *q, bool (*forbidden)(const char *, size_t))
+{
 	size_t i;
 
-	TAILQ_FOREACH(kv, in, next) {
-		size_t nl = strlen(kv->key);
-
-		if (header_forbidden(kv->key, nl) ||
-		    !gateway_client_header_passes(kv->key))
-			continue;
-		if (forward_hblk_add(q, kv->key, nl, kv->value,
-		    strlen(kv->value)) != 0)
-			return -1;
-	}
 	for (i = 0; i < q->gw.gh.n; i++) {
 		const sg_header *h = &q->gw.gh.h[i];
 		size_t nl = strlen(h->name);
 
-		if (header_forbidden(h->name, nl))
+		if (forbidden != NULL && forbidden(h->name, nl))
 			continue;
 		if (forward_hblk_add(q, h->name, nl, h->value,
 		    strlen(h->value)) != 0)
@@ -851,29 +839,26 @@ gateway_engine_headers(preq *q)
 	return 0;
 }
 
+/* The trusted headers for an in-process router's engine request (role
+ * all): the client's headers that pass, plus those trusted headers a
+ * remote router would pass on to the engine (header_forbidden applies). */
+int
+gateway_engine_headers(preq *q)
+{
+	if (forward_client_headers(q, engine_passes) != 0)
+		return -1;
+	return trusted_headers(q, header_forbidden);
+}
+
 static int
 router_headers(preq *q)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(q->req);
-	struct evkeyval *kv;
 	char tp[OTLP_TRACEPARENT_LEN + 1];
-	size_t i;
 
 	q->hblen = 0;
-	TAILQ_FOREACH(kv, in, next) {
-		if (!gateway_client_header_passes(kv->key))
-			continue;
-		if (forward_hblk_add(q, kv->key, strlen(kv->key), kv->value,
-		    strlen(kv->value)) != 0)
-			return -1;
-	}
-	for (i = 0; i < q->gw.gh.n; i++) {
-		const sg_header *h = &q->gw.gh.h[i];
-
-		if (forward_hblk_add(q, h->name, strlen(h->name), h->value,
-		    strlen(h->value)) != 0)
-			return -1;
-	}
+	if (forward_client_headers(q, gateway_client_header_passes) != 0 ||
+	    trusted_headers(q, NULL) != 0)
+		return -1;
 	otlp_span_traceparent(&q->aspan, tp);
 	return forward_hblk_add(q, "traceparent", 11, tp, strlen(tp));
 }
@@ -885,8 +870,7 @@ g_start_reply(preq *q)
 	    q->gw.ucluster[0] != '\0' ? q->gw.ucluster : NULL);
 
 	if (q->close_after)
-		evhttp_add_header(evhttp_request_get_output_headers(q->req),
-		    "Connection", "close");
+		h1s_set_close(q->req);
 	q->phase = PQ_STREAMING;
 	otlp_span_int(&q->aspan, "proxy.upstream_status", up);
 	q->ustatus = status;
@@ -942,6 +926,7 @@ gateway_response_passes(preq *q, const char *name, size_t nl)
 {
 	char buf[64];
 
+	(void)q;
 	if (nl >= 11 && strncasecmp(name, "x-stargate-", 11) == 0)
 		return false;
 	if (nl < sizeof(buf)) {
@@ -954,42 +939,20 @@ gateway_response_passes(preq *q, const char *name, size_t nl)
 	    (nl == 23 && strncasecmp(name, "x-multi-turn-session-id", 23) ==
 	    0))
 		return false;
-	if (nl == 14 && strncasecmp(name, "content-length", 14) == 0)
-		return q->gw.rw == RW_NONE;
-	return !hop_by_hop(name, nl);
+	/* the framing is h1s's (gateway_send_start) */
+	return !hop_by_hop(name, nl) && !(nl == 4 &&
+	    strncasecmp(name, "date", 4) == 0);
 }
 
 static int
 g_headers(void *arg, const h1_resp *r)
 {
 	preq *q = arg;
-	struct evkeyvalq *out;
-	char *buf = q->p->hbuf;
-	size_t i;
 
-	q->last_data_ms = mono_ms();
-	q->got_bytes = true;
-	q->ustatus = r->status;
-	snprintf(q->ureason, sizeof(q->ureason), "%.*s", (int)(r->reason_len <
-	    sizeof(q->ureason) ? r->reason_len : sizeof(q->ureason) - 1),
-	    r->reason);
 	if (q->req == NULL)
 		return H1_ABORT;
 	gateway_note_headers(q, r);
-	out = evhttp_request_get_output_headers(q->req);
-	for (i = 0; i < r->nheaders; i++) {
-		const h1_header *h = &r->headers[i];
-		size_t nl = h->name_len, vl = h->value_len;
-
-		if (!gateway_response_passes(q, h->name, nl) ||
-		    nl + vl + 2 > q->p->hbufcap)
-			continue;
-		memcpy(buf, h->name, nl);
-		buf[nl] = '\0';
-		memcpy(buf + nl + 1, h->value, vl);
-		buf[nl + 1 + vl] = '\0';
-		evhttp_add_header(out, buf, buf + nl + 1);
-	}
+	forward_copy_response(q, r, gateway_response_passes);
 	g_start_reply(q);
 	return H1_CONTINUE;
 }
@@ -1002,7 +965,7 @@ g_data(void *arg, const char *ptr, size_t len)
 	preq *q = arg;
 
 	q->last_data_ms = mono_ms();
-	if (q->phase != PQ_STREAMING || q->req == NULL || q->conn == NULL) {
+	if (q->phase != PQ_STREAMING || q->req == NULL) {
 		h1_cancel(q->hx);
 		q->hx = NULL;
 		g_over(q, false, "client gone");
@@ -1026,8 +989,7 @@ g_over(preq *q, bool ok, const char *error)
 		otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, error);
 		forward_cancel(q);
 		if (q->req != NULL)
-			evhttp_clear_headers(evhttp_request_get_output_headers(
-			    q->req));
+			h1s_clear_headers(q->req);
 		gw_fail(q, 502, "api_error", "upstream_error",
 		    "upstream request failed");
 		return;
@@ -1039,7 +1001,8 @@ g_over(preq *q, bool ok, const char *error)
 		forward_abort_client(q);
 	else if (q->req != NULL) {
 		worker_track_reply(q->req);
-		evhttp_send_reply_end(q->req);
+		h1s_reply_end(q->req);
+		q->req = NULL;
 	}
 	metrics_request(q, q->gw.ucluster, status);
 	preq_finish(q, status);
@@ -1060,7 +1023,8 @@ static void
 to_router(preq *q)
 {
 	proxy *p = q->p;
-	const char *uri = evhttp_request_get_uri(q->req);
+	size_t ulen;
+	const char *uri = h1s_target(q->req, &ulen);
 	struct timeval tv;
 	h1_req r;
 
@@ -1081,7 +1045,7 @@ to_router(preq *q)
 	r.method = "POST";
 	r.prefix = h1_url_path(p->conf->router_url, &r.prefix_len);
 	r.target = uri;
-	r.target_len = strlen(uri);
+	r.target_len = ulen;
 	r.hdrs = q->hblk;
 	r.hdrs_len = q->hblen;
 	r.body = q->gw.body;
@@ -1118,7 +1082,7 @@ idle_check(preq *q)
 	}
 	forward_cancel(q);
 	if (q->req != NULL)
-		evhttp_clear_headers(evhttp_request_get_output_headers(q->req));
+		h1s_clear_headers(q->req);
 	gw_fail(q, 504, "api_error", "upstream_timeout", "upstream timed out");
 }
 
@@ -1314,10 +1278,10 @@ lookup(preq *q)
 
 /* x-request-id under the optional-string rule, else a new UUID. */
 static void
-request_id(preq *q, struct evkeyvalq *in)
+request_id(preq *q, h1s_req *req)
 {
 	static const char hex[] = "0123456789abcdef";
-	const char *v = evhttp_find_header(in, "x-request-id"), *t;
+	const char *v = h1s_find_header(req, "x-request-id"), *t;
 	uint8_t b[OTLP_TRACE_ID_LEN];
 	size_t tlen, i, o = 0;
 
@@ -1418,38 +1382,22 @@ tenant_model(json_t *body, const apikey *k)
 	return rc;
 }
 
+/* The body (h1s: at most --max-body-bytes, whole) and fields are h1s's. */
 void
-gateway_accept(proxy *p, struct evhttp_request *req, const char *endpoint)
+gateway_accept(proxy *p, h1s_req *req, const char *endpoint)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	struct evbuffer *bb = evhttp_request_get_input_buffer(req);
-	size_t blen = evbuffer_get_length(bb), n = 0;
+	size_t blen, n;
+	const char *bytes = h1s_body(req, &blen);
+	const sg_header *hl = http_header_list(p, req, &n);
 	const apikey *key = NULL;
-	struct evkeyval *kv;
-	const char *bytes;
 	json_error_t jerr;
 	json_t *body;
 	sg_error err;
 	preq *q;
 	int rc;
 
-	if (blen > p->conf->max_body) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Connection", "close");
-		send_oai_error(req, 413, "invalid_request_error",
-		    "request_too_large", "request body too large");
-		return;
-	}
-	TAILQ_FOREACH(kv, in, next) {
-		if (n == p->conf->max_headers) {
-			send_oai_error(req, 431, "invalid_request_error",
-			    NULL, "too many request headers");
-			return;
-		}
-		p->hdrs[n].name = kv->key;
-		p->hdrs[n].value = kv->value;
-		n++;
-	}
+	if (bytes == NULL)
+		bytes = "";
 	if ((q = preq_get(p)) == NULL) {
 		send_oai_error(req, 500, "api_error", NULL, "out of memory");
 		return;
@@ -1458,18 +1406,17 @@ gateway_accept(proxy *p, struct evhttp_request *req, const char *endpoint)
 	q->endpoint = endpoint;
 	q->gw.on = true;
 	q->close_after = p->draining;
-	request_id(q, in);
-	if (p->nkeys > 0 && (key = auth_key(p, in)) == NULL) {
+	request_id(q, req);
+	if (p->nkeys > 0 && (key = auth_key(p, req)) == NULL) {
 		refuse(q, 401, "invalid_request_error", "invalid_api_key",
 		    "Invalid API key provided.");
 		return;
 	}
-	bytes = blen > 0 ? (const char *)evbuffer_pullup(bb, -1) : "";
 	memset(&err, 0, sizeof(err));
 	/* the byte scan answers the common case; the full parse the rest
 	 * (and a tenant's model id without its routing key) */
 	rc = sg_identity_parse_text(&q->gw.id, endpoint_id(endpoint), bytes,
-	    blen, p->hdrs, n, key != NULL ? key->routing_key : NULL, &err);
+	    blen, hl, n, key != NULL ? key->routing_key : NULL, &err);
 	if (rc == ENOTSUP || (rc == SG_EREQUEST && key != NULL &&
 	    key->routing_key != NULL)) {
 		if ((body = json_loadb(bytes, blen, 0, &jerr)) == NULL) {
@@ -1482,7 +1429,7 @@ gateway_accept(proxy *p, struct evhttp_request *req, const char *endpoint)
 			rc = sg_seterr(&err, SG_ENOMEM, "out of memory");
 		else
 			rc = sg_identity_parse(&q->gw.id, endpoint_id(endpoint),
-			    body, p->hdrs, n, key != NULL ? key->routing_key :
+			    body, hl, n, key != NULL ? key->routing_key :
 			    NULL, &err);
 		json_decref(body);
 	}

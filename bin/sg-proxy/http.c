@@ -11,14 +11,18 @@
  *   GET  /debug/state            loopback peers only: clusters, stats ages,
  *                                reservations, requests in flight
  *
- * A routed request: header count bound (431), headers into an sg_header
- * list (scratch array, no allocation) and sg_request_from_header_list (400
- * naming the header), x-stargate-max-wait-ms (400), the algorithm
- * resolution (400 with its class), then route_start().  Before any of it,
- * hostile() answers what evhttp lets through: an HTTP version other than
- * 1.x (505), the target length (414), the header block and count (431),
- * ambiguous framing and malformed fields (400); evhttp's own limits sit
- * past --max-header-bytes and --max-body-bytes (413) as a last guard.
+ * A routed request: its fields into an sg_header list (the worker's
+ * scratch array pointing into h1s's read buffer: no allocation, no copy)
+ * and sg_request_from_header_list (400 naming the header),
+ * x-stargate-max-wait-ms (400), the algorithm resolution (400 with its
+ * class), then route_start().
+ *
+ * The front door is h1s (h1s.h): it refuses every framing it does not
+ * accept (400, 408, 413, 414, 417, 431, 505, the limits of sg-proxy(8)
+ * LIMITS) before a request reaches this file; its on_error answers with
+ * reject() below.  Nothing is checked twice here: a request handed to
+ * http_request is well framed, within the limits, and its body (at most
+ * --max-body-bytes, the replay limit) is whole.
  *
  * Errors are stargate-headers(7) JSON: {"error":"<message>","code":"<class>"}
  * with x-stargate-error-code; the capacity 503 has the overloaded_error body.
@@ -27,12 +31,6 @@
  * gateway.c instead, and the router's own errors reach the client without
  * x-stargate-error-code, the capacity 503 as 529 (stargate-headers(7)).
  */
-#include <sys/queue.h>
-#include <sys/socket.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +38,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
 #include "proxy.h"
@@ -78,81 +72,134 @@ http_reason(int status)
 	}
 }
 
-static void
-send_body(struct evhttp_request *req, int status, const char *ctype,
-    const char *body, size_t len)
-{
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+/* --- buffers ------------------------------------------------------------ */
 
-	evhttp_remove_header(h, "Content-Type");
-	evhttp_add_header(h, "Content-Type", ctype);
-	evbuffer_add(b, body, len);
-	worker_track_reply(req);
-	evhttp_send_reply(req, status, http_reason(status), NULL);
+int
+pbuf_add(pbuf *b, const void *p, size_t n)
+{
+	if (n > b->cap - b->len) {
+		size_t cap = b->cap == 0 ? 1024 : b->cap;
+		char *nb;
+
+		while (cap - b->len < n)
+			cap *= 2;
+		if ((nb = realloc(b->b, cap)) == NULL)
+			return -1;
+		b->b = nb;
+		b->cap = cap;
+	}
+	if (n > 0)
+		memcpy(b->b + b->len, p, n);
+	b->len += n;
+	return 0;
 }
 
-/* Append s to b as a JSON string body (escaped). */
-static void
-json_str(struct evbuffer *b, const char *s)
+/* s as a JSON string literal (quotes, escapes). */
+void
+pbuf_json_str(pbuf *b, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *u = (const unsigned char *)s;
+	const unsigned char *run;
+	char e[6] = { '\\', 'u', '0', '0', 0, 0 };
 
-	evbuffer_add(b, "\"", 1);
-	for (; *p != '\0'; p++) {
-		if (*p == '"' || *p == '\\')
-			evbuffer_add_printf(b, "\\%c", *p);
-		else if (*p < 0x20)
-			evbuffer_add_printf(b, "\\u%04x", *p);
-		else
-			evbuffer_add(b, p, 1);
+	pbuf_add(b, "\"", 1);
+	for (run = u; *u != '\0'; u++) {
+		if (*u != '"' && *u != '\\' && *u >= 0x20)
+			continue;
+		pbuf_add(b, run, (size_t)(u - run));
+		run = u + 1;
+		if (*u == '"' || *u == '\\') {
+			e[1] = (char)*u;
+			pbuf_add(b, e, 2);
+			e[1] = 'u';
+		} else {
+			e[4] = hex[*u >> 4];
+			e[5] = hex[*u & 15];
+			pbuf_add(b, e, 6);
+		}
 	}
-	evbuffer_add(b, "\"", 1);
+	pbuf_add(b, run, (size_t)(u - run));
+	pbuf_add(b, "\"", 1);
 }
 
 void
-http_send_error(struct evhttp_request *req, int status, const char *code,
+pbuf_free(pbuf *b)
+{
+	free(b->b);
+	b->b = NULL;
+	b->len = b->cap = 0;
+}
+
+const sg_header *
+http_header_list(proxy *p, const h1s_req *req, size_t *n)
+{
+	const h1s_header *h = h1s_headers(req, n);
+	size_t i;
+
+	/* h1s holds at most --max-headers fields: the array has room */
+	for (i = 0; i < *n; i++) {
+		p->hdrs[i].name = h[i].name;
+		p->hdrs[i].value = h[i].value;
+	}
+	return p->hdrs;
+}
+
+static void
+send_body(h1s_req *req, int status, const char *ctype, const char *body,
+    size_t len)
+{
+	h1s_del_header(req, "Content-Type");
+	h1s_add_header(req, "Content-Type", ctype);
+	worker_track_reply(req);
+	h1s_reply(req, status, http_reason(status), body, len);
+}
+
+/* The scratch buffer's JSON error into a reply (x-stargate-error-code on
+ * the router edge only: the gateway edge never shows x-stargate-* to
+ * clients). */
+static void
+send_json(h1s_req *req, int status, const char *code)
+{
+	proxy *p = proxy_self;
+
+	h1s_del_header(req, "x-stargate-error-code");
+	if (!p->gw_edge && code != NULL)
+		h1s_add_header(req, "x-stargate-error-code", code);
+	send_body(req, status, "application/json", p->scratch.b,
+	    p->scratch.len);
+}
+
+void
+http_send_error(h1s_req *req, int status, const char *code,
     const char *message)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+	pbuf *b = &proxy_self->scratch;
 
-	evhttp_remove_header(h, "Content-Type");
-	evhttp_add_header(h, "Content-Type", "application/json");
-	evhttp_remove_header(h, "x-stargate-error-code");
-	/* The gateway edge never shows x-stargate-* to clients. */
-	if (proxy_self == NULL || !proxy_self->gw_edge)
-		evhttp_add_header(h, "x-stargate-error-code", code);
-	evbuffer_add(b, "{\"error\":", 9);
-	json_str(b, message);
-	evbuffer_add(b, ",\"code\":", 8);
-	json_str(b, code);
-	evbuffer_add(b, "}\n", 2);
-	worker_track_reply(req);
-	evhttp_send_reply(req, status, http_reason(status), NULL);
+	b->len = 0;
+	pbuf_add(b, "{\"error\":", 9);
+	pbuf_json_str(b, message);
+	pbuf_add(b, ",\"code\":", 8);
+	pbuf_json_str(b, code);
+	pbuf_add(b, "}\n", 2);
+	send_json(req, status, code);
 }
 
 void
-http_send_overloaded(struct evhttp_request *req)
+http_send_overloaded(h1s_req *req)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	pbuf *b = &proxy_self->scratch;
 
-	evhttp_remove_header(h, "x-stargate-error-code");
+	b->len = 0;
+	pbuf_add(b, overloaded_body, sizeof(overloaded_body) - 1);
 	/* The gateway edge: a Stargate overload is 529 (stargate-headers(7)). */
-	if (proxy_self != NULL && proxy_self->gw_edge) {
-		send_body(req, 529, "application/json", overloaded_body,
-		    sizeof(overloaded_body) - 1);
-		return;
-	}
-	evhttp_add_header(h, "x-stargate-error-code", "overloaded_error");
-	send_body(req, 503, "application/json", overloaded_body,
-	    sizeof(overloaded_body) - 1);
+	send_json(req, proxy_self->gw_edge ? 529 : 503, "overloaded_error");
 }
 
 /* --- small endpoints --------------------------------------------------------- */
 
 static void
-get_models(proxy *p, struct evhttp_request *req)
+get_models(proxy *p, h1s_req *req)
 {
 	json_t *data = json_array(), *doc;
 	char *text;
@@ -176,42 +223,24 @@ get_models(proxy *p, struct evhttp_request *req)
 static int
 expose_sink(void *ctx, const char *s, size_t n)
 {
-	return evbuffer_add(ctx, s, n);
+	return pbuf_add(ctx, s, n);
 }
 
 static void
-get_metrics(proxy *p, struct evhttp_request *req)
+get_metrics(proxy *p, h1s_req *req)
 {
-	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+	pbuf *b = &p->scratch;
 
 	if (p->gen != NULL)
 		stats_update_gauges(p);
 	gateway_update_gauges(p);
+	b->len = 0;
 	if (sg_metrics_expose(p->reg, expose_sink, b) != 0) {
-		evbuffer_drain(b, evbuffer_get_length(b));
 		http_send_error(req, 500, "internal_error", "out of memory");
 		return;
 	}
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-	worker_track_reply(req);
-	evhttp_send_reply(req, 200, "OK", NULL);
-}
-
-static bool
-peer_is_loopback(struct evhttp_request *req)
-{
-	struct evhttp_connection *c = evhttp_request_get_connection(req);
-	char *addr = NULL;
-	ev_uint16_t port = 0;
-
-	if (c == NULL)
-		return false;
-	evhttp_connection_get_peer(c, &addr, &port);
-	if (addr == NULL)
-		return false;
-	return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
-	    strcmp(addr, "::ffff:127.0.0.1") == 0;
+	send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->b,
+	    b->len);
 }
 
 static json_t *
@@ -238,14 +267,14 @@ cluster_state(proxy *p, const pcl *cl, double now)
 }
 
 static void
-get_debug_state(proxy *p, struct evhttp_request *req)
+get_debug_state(proxy *p, h1s_req *req)
 {
 	json_t *cl = json_array(), *doc;
 	double now = mono_ms();
 	char *text;
 	size_t i;
 
-	if (!peer_is_loopback(req)) {
+	if (!h1s_peer_loopback(req)) {
 		http_send_error(req, 403, "forbidden",
 		    "/debug/state is served to loopback peers only");
 		return;
@@ -268,140 +297,41 @@ get_debug_state(proxy *p, struct evhttp_request *req)
 	free(text);
 }
 
-/* --- hostile requests ------------------------------------------------------ */
+/* --- refusals at the front door ------------------------------------------ */
 
 /*
- * A request refused at the front door: an OpenAI-style error object (with
- * the ref's top-level "code" beside it), Connection: close, and on the
- * router edge x-stargate-error-code.  The connection is closed because
- * after a framing error nothing that follows on it can be trusted.
+ * A request h1s refused (h1s.h, on_error: status, class and message are
+ * its): an OpenAI-style error object with the ref's top-level "code"
+ * beside it, and on the router edge x-stargate-error-code.  h1s closes
+ * the connection after it (nothing that follows a framing error on it can
+ * be trusted).
  */
 static void
-reject(struct evhttp_request *req, int status, const char *code,
+reject(void *arg, h1s_req *req, int status, const char *code,
     const char *message)
 {
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	struct evbuffer *b = evhttp_request_get_output_buffer(req);
+	pbuf *b = &proxy_self->scratch;
 
-	evhttp_remove_header(h, "Content-Type");
-	evhttp_add_header(h, "Content-Type", "application/json");
-	evhttp_remove_header(h, "Connection");
-	evhttp_add_header(h, "Connection", "close");
-	if (proxy_self == NULL || !proxy_self->gw_edge)
-		evhttp_add_header(h, "x-stargate-error-code", code);
-	evbuffer_add_printf(b, "{\"error\":{\"message\":");
-	json_str(b, message);
-	evbuffer_add_printf(b, ",\"type\":\"invalid_request_error\","
-	    "\"param\":null,\"code\":");
-	json_str(b, code);
-	evbuffer_add(b, "},\"code\":", 9);
-	json_str(b, code);
-	evbuffer_add(b, "}\n", 2);
-	worker_track_reply(req);
-	evhttp_send_reply(req, status, http_reason(status), NULL);
-}
-
-/* A field name is a token (RFC 9110 5.1). */
-static bool
-bad_name(const char *s)
-{
-	static const char tchar[] = "!#$%&'*+-.^_`|~";
-
-	if (*s == '\0')
-		return true;
-	for (; *s != '\0'; s++)
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
-		    (*s >= 'A' && *s <= 'Z') || strchr(tchar, *s) != NULL))
-			return true;
-	return false;
-}
-
-/* A field value holds no control byte but HTAB (bare CR, LF, DEL...). */
-static bool
-bad_value(const char *s)
-{
-	const unsigned char *u = (const unsigned char *)s;
-
-	for (; *u != '\0'; u++)
-		if ((*u < 0x20 && *u != '\t') || *u == 0x7f)
-			return true;
-	return false;
-}
-
-/*
- * The limits and the framing rules evhttp does not enforce itself (see
- * sg-proxy.8, LIMITS): the request target length (414), the header block
- * size counted as "name: value\r\n" per field and the field count (431),
- * a field name that is not a token or a value with a control byte, more
- * than one Content-Length, Transfer-Encoding beside Content-Length, and a
- * Transfer-Encoding other than a single "chunked" (400).  evhttp has read
- * the body by now, but nothing is forwarded and the connection is closed.
- * Returns true when the request was answered.
- */
-static bool
-hostile(proxy *p, struct evhttp_request *req)
-{
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	const char *uri = evhttp_request_get_uri(req);
-	const char *te = NULL;
-	struct evkeyval *kv;
-	size_t n = 0, bytes = 0, ncl = 0, nte = 0;
-
-	/* evhttp answers in the request's version: HTTP/1.x is answered as
-	 * 1.0 or 1.1, any other major version with 505 in HTTP/1.1. */
-	if (req->major != 1) {
-		req->major = 1;
-		req->minor = 1;
-		reject(req, 505, "http_version_not_supported",
-		    "only HTTP/1.0 and HTTP/1.1 are served");
-		return true;
-	}
-	if (req->minor > 1)
-		req->minor = 1;
-	if (uri != NULL && strlen(uri) > PROXY_MAX_TARGET) {
-		reject(req, 414, "uri_too_long",
-		    "the request target is longer than 8192 bytes");
-		return true;
-	}
-	TAILQ_FOREACH(kv, in, next) {
-		n++;
-		bytes += strlen(kv->key) + strlen(kv->value) + 4;
-		if (bad_name(kv->key) || bad_value(kv->value)) {
-			reject(req, 400, "invalid_request",
-			    "malformed request header field");
-			return true;
-		}
-		if (strcasecmp(kv->key, "Content-Length") == 0)
-			ncl++;
-		else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
-			nte++;
-			te = kv->value;
-		}
-	}
-	if (bytes > p->conf->max_header_bytes || n > p->conf->max_headers) {
-		reject(req, 431, "request_header_fields_too_large",
-		    bytes > p->conf->max_header_bytes ?
-		    "the request header block exceeds --max-header-bytes" :
-		    "too many request headers");
-		return true;
-	}
-	if (ncl > 1 || (nte > 0 && ncl > 0) || nte > 1 ||
-	    (te != NULL && strcasecmp(te, "chunked") != 0)) {
-		reject(req, 400, "invalid_request",
-		    "ambiguous request framing (Content-Length, "
-		    "Transfer-Encoding)");
-		return true;
-	}
-	return false;
+	(void)arg;
+	b->len = 0;
+	pbuf_add(b, "{\"error\":{\"message\":", 20);
+	pbuf_json_str(b, message);
+	pbuf_add(b, ",\"type\":\"invalid_request_error\",\"param\":null,"
+	    "\"code\":", 52);
+	pbuf_json_str(b, code);
+	pbuf_add(b, "},\"code\":", 9);
+	pbuf_json_str(b, code);
+	pbuf_add(b, "}\n", 2);
+	send_json(req, status, code);
 }
 
 /* --- routed requests ------------------------------------------------------------ */
 
 /* x-stargate-max-wait-ms: trimmed u64, else 400 (stargate-headers(7)). */
 static int
-parse_budget(preq *q, struct evkeyvalq *in, sg_error *err)
+parse_budget(preq *q, h1s_req *req, sg_error *err)
 {
-	const char *v = evhttp_find_header(in, "x-stargate-max-wait-ms");
+	const char *v = h1s_find_header(req, "x-stargate-max-wait-ms");
 	size_t len;
 
 	if (v == NULL)
@@ -416,32 +346,16 @@ parse_budget(preq *q, struct evkeyvalq *in, sg_error *err)
 }
 
 static void
-handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
+handle_routed(proxy *p, h1s_req *req, const char *endpoint)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	struct evkeyval *kv;
+	const sg_header *hl;
 	const sg_algdef *def;
 	sg_error err;
-	size_t n = 0;
+	size_t n;
 	preq *q;
 	int rc;
 
-	if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) >
-	    p->conf->max_body) {
-		reject(req, 413, "request_too_large",
-		    "request body exceeds the replay limit");
-		return;
-	}
-	TAILQ_FOREACH(kv, in, next) {
-		if (n == p->conf->max_headers) {
-			http_send_error(req, 431, "request_header_fields_too_large",
-			    "too many request headers");
-			return;
-		}
-		p->hdrs[n].name = kv->key;
-		p->hdrs[n].value = kv->value;
-		n++;
-	}
+	hl = http_header_list(p, req, &n);
 	if ((q = preq_get(p)) == NULL) {
 		http_send_error(req, 500, "internal_error", "out of memory");
 		return;
@@ -449,8 +363,8 @@ handle_routed(proxy *p, struct evhttp_request *req, const char *endpoint)
 	q->req = req;
 	q->endpoint = endpoint;
 	memset(&err, 0, sizeof(err));
-	if ((rc = sg_request_from_header_list(&q->sr, p->hdrs, n, &err)) != 0 ||
-	    (rc = parse_budget(q, in, &err)) != 0 ||
+	if ((rc = sg_request_from_header_list(&q->sr, hl, n, &err)) != 0 ||
+	    (rc = parse_budget(q, req, &err)) != 0 ||
 	    (rc = sg_lbconf_resolve(p->lb, q->sr.model, q->sr.routing_method,
 	    q->sr.routing_method_invalid, &def, &err)) != 0) {
 		if (rc == SG_EREQUEST && err.status != 0)
@@ -485,31 +399,25 @@ routed_endpoint(const char *path)
 	return NULL;
 }
 
-void
-http_dispatch(struct evhttp_request *req, void *arg)
+static void
+not_allowed(h1s_req *req, const char *allow)
+{
+	h1s_add_header(req, "Allow", allow);
+	http_send_error(req, 405, "method_not_allowed", "method not allowed");
+}
+
+static void
+http_request(void *arg, h1s_req *req)
 {
 	proxy *p = arg;
-	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-	const char *path = u != NULL ? evhttp_uri_get_path(u) : NULL;
-	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-	bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+	const char *path = h1s_path(req);
+	enum h1s_method m = h1s_method(req);
 	const char *endpoint;
 
-	if (hostile(p, req))
-		return;
-	if (path == NULL) {
-		http_send_error(req, 400, "invalid_request", "bad request target");
-		return;
-	}
 	if ((endpoint = routed_endpoint(path)) != NULL) {
-		if (cmd != EVHTTP_REQ_POST) {
-			evhttp_add_header(evhttp_request_get_output_headers(req),
-			    "Allow", "POST");
-			http_send_error(req, 405, "method_not_allowed",
-			    "method not allowed");
-			return;
-		}
-		if (p->gw_edge)
+		if (m != H1S_POST)
+			not_allowed(req, "POST");
+		else if (p->gw_edge)
 			gateway_accept(p, req, endpoint);
 		else
 			handle_routed(p, req, endpoint);
@@ -521,11 +429,8 @@ http_dispatch(struct evhttp_request *req, void *arg)
 		http_send_error(req, 404, "not_found", "no such endpoint");
 		return;
 	}
-	if (!get) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Allow", "GET, HEAD");
-		http_send_error(req, 405, "method_not_allowed",
-		    "method not allowed");
+	if (m != H1S_GET && m != H1S_HEAD) {
+		not_allowed(req, "GET, HEAD");
 		return;
 	}
 	if (strcmp(path, "/healthz") == 0)
@@ -547,3 +452,5 @@ http_dispatch(struct evhttp_request *req, void *arg)
 	else
 		get_debug_state(p, req);
 }
+
+const h1s_cbs http_cbs = { http_request, reject };

@@ -65,6 +65,7 @@ const char cli_synopsis[] =
     "        [--workers N] [--log-level debug|info|warn|error] [--seed N]\n"
     "        [--port-file FILE] [--max-body-bytes N] [--max-header-bytes N]\n"
     "        [--max-headers N] [--header-timeout-ms MS] [--body-timeout-ms MS]\n"
+    "        [--keepalive-timeout-ms MS] [--send-timeout-ms MS]\n"
     "        [--connect-timeout-ms MS] [--upstream-timeout-ms MS]\n"
     "        [--upstream-client native|curl]\n"
     "        [--max-retries N] [--ready-timeout-ms MS] [--drain-timeout-ms MS]\n"
@@ -103,8 +104,14 @@ const char cli_help[] =
     "  --max-body-bytes N       request body limit, 413 beyond (67108864)\n"
     "  --max-header-bytes N     request header bytes (65536)\n"
     "  --max-headers N          request header count (100)\n"
-    "  --header-timeout-ms MS   client header read timeout (10000)\n"
-    "  --body-timeout-ms MS     client body read timeout (10000)\n"
+    "  --header-timeout-ms MS   deadline for a request head, from its first\n"
+    "                           byte (10000)\n"
+    "  --body-timeout-ms MS     deadline for a request body, from the end of\n"
+    "                           the head (10000)\n"
+    "  --keepalive-timeout-ms MS\n"
+    "                           idle keep-alive connection lifetime (75000)\n"
+    "  --send-timeout-ms MS     a reply whose output makes no progress for\n"
+    "                           this long is abandoned (60000)\n"
     "  --connect-timeout-ms MS  upstream connect timeout (2000)\n"
     "  --upstream-timeout-ms MS upstream idle timeout (600000)\n"
     "  --upstream-client C      native or curl: HTTP client of attempts\n"
@@ -134,6 +141,8 @@ enum {
 	OPT_MAXHDRS,
 	OPT_HDRTIMEOUT,
 	OPT_BODYTIMEOUT,
+	OPT_KATIMEOUT,
+	OPT_SENDTIMEOUT,
 	OPT_CONNTIMEOUT,
 	OPT_UPTIMEOUT,
 	OPT_UPCLIENT,
@@ -168,6 +177,8 @@ static const struct option longopts[] = {
 	{ "max-headers",	required_argument,	NULL,	OPT_MAXHDRS },
 	{ "header-timeout-ms",	required_argument,	NULL,	OPT_HDRTIMEOUT },
 	{ "body-timeout-ms",	required_argument,	NULL,	OPT_BODYTIMEOUT },
+	{ "keepalive-timeout-ms", required_argument,	NULL,	OPT_KATIMEOUT },
+	{ "send-timeout-ms",	required_argument,	NULL,	OPT_SENDTIMEOUT},
 	{ "connect-timeout-ms",	required_argument,	NULL,	OPT_CONNTIMEOUT },
 	{ "upstream-timeout-ms", required_argument,	NULL,	OPT_UPTIMEOUT },
 	{ "upstream-client",	required_argument,	NULL,	OPT_UPCLIENT },
@@ -209,6 +220,10 @@ static const struct uopt uopts[] = {
 	{ OPT_HDRTIMEOUT, "--header-timeout-ms", UOFF(header_timeout_ms), 1,
 	    86400000 },
 	{ OPT_BODYTIMEOUT, "--body-timeout-ms",	UOFF(body_timeout_ms), 1,
+	    86400000 },
+	{ OPT_KATIMEOUT, "--keepalive-timeout-ms", UOFF(keepalive_timeout_ms),
+	    1, 86400000 },
+	{ OPT_SENDTIMEOUT, "--send-timeout-ms",	UOFF(send_timeout_ms), 1,
 	    86400000 },
 	{ OPT_CONNTIMEOUT, "--connect-timeout-ms", UOFF(connect_timeout_ms), 1,
 	    86400000 },
@@ -255,6 +270,8 @@ conf_defaults(pconf *c)
 	c->max_headers = 100;
 	c->header_timeout_ms = 10000;
 	c->body_timeout_ms = 10000;
+	c->keepalive_timeout_ms = 75000;
+	c->send_timeout_ms = 60000;
 	c->connect_timeout_ms = 2000;
 	c->upstream_timeout_ms = 600000;
 	c->max_retries = 2;

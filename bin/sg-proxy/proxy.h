@@ -5,7 +5,8 @@
  * One file per concern:
  *   main.c      options into a pconf, validation, --check, the listening
  *               socket, workers (fork), the master's signal loop, pid file;
- *   worker.c    one event loop per worker: evhttp server, signals, drain;
+ *   worker.c    one event loop per worker: the h1s server, signals, drain;
+ *   h1s.c       the native HTTP/1.1 server (the client side);
  *   http.c      endpoints, header extraction, JSON error replies;
  *   route.c     the routing loop (decide, timed waits, retries, finalise);
  *   forward.c   one upstream attempt: header filtering, response pass-
@@ -46,7 +47,6 @@
 
 #include <curl/curl.h>
 #include <event2/event.h>
-#include <event2/http.h>
 
 #include "stargate.h"
 #include "sg_clusterfile.h"
@@ -61,6 +61,7 @@
 
 #include "dlog.h"
 #include "h1.h"
+#include "h1s.h"
 #include "otlp.h"
 
 #define PROXY_HWM		(256u << 10)	/* client output high-water mark */
@@ -97,6 +98,8 @@ typedef struct pconf {
 	uint64_t	 max_headers;
 	uint64_t	 header_timeout_ms;
 	uint64_t	 body_timeout_ms;
+	uint64_t	 keepalive_timeout_ms;
+	uint64_t	 send_timeout_ms;
 	uint64_t	 connect_timeout_ms;
 	uint64_t	 upstream_timeout_ms;
 	uint64_t	 max_retries;
@@ -108,6 +111,12 @@ typedef struct pconf {
 	bool		 check;
 	bool		 upstream_curl;		/* --upstream-client curl */
 } pconf;
+
+/* A growable byte buffer (kept and reused: no allocation once grown). */
+typedef struct pbuf {
+	char		*b;
+	size_t		 len, cap;
+} pbuf;
 
 /* --- cluster generations ------------------------------------------------------ */
 
@@ -234,8 +243,7 @@ typedef struct gwreq {
 
 struct preq {
 	proxy			*p;
-	struct evhttp_request	*req;
-	struct evhttp_connection *conn;
+	h1s_req			*req;		/* NULL once answered or gone */
 	cgen			*gen;
 	const pmodel		*model;		/* NULL: model not served */
 	double			 t0;		/* arrival, monotonic ms */
@@ -244,7 +252,6 @@ struct preq {
 	bool			 has_budget;	/* x-stargate-max-wait-ms */
 	uint64_t		 budget_ms;
 	struct event		*timer;		/* waits and the idle check */
-	struct event		*watch;		/* client EOF while we work */
 	/* exclusions: ids of the fleet (stable storage) */
 	const char		**excl;
 	size_t			 nexcl, excap;
@@ -276,13 +283,14 @@ struct preq {
 	double			 attempt_t0;
 	double			 last_data_ms;
 	int			 ustatus;	/* upstream status, 0 before */
+	int64_t			 ulen;		/* upstream Content-Length, -1 */
 	char			 ureason[64];
 	bool			 uheaders_done;
 	bool			 discard;	/* retryable refusal: drop the body */
 	char			 retry_reason[64];
 	bool			 paused;
 	bool			 got_bytes;
-	struct evbuffer		*chunk;
+	pbuf			 ob;		/* gateway: rewritten output */
 	char			 akey[DLOG_AFFINITY_KEY_LEN + 1];
 	otlp_span		 span;		/* proxy_openai_request */
 	otlp_span		 aspan;		/* proxy_upstream_http_request */
@@ -369,8 +377,8 @@ struct proxy {
 	int			 worker_no;
 	int			 listen_fd;
 	struct event_base	*base;
-	struct evhttp		*http;
-	struct evhttp_bound_socket *bound;
+	h1s_server		*srv;
+	pbuf			 scratch;	/* error bodies, /metrics */
 	struct event		*sig_term, *sig_int, *sig_hup;
 	struct event		*drain_timer;
 	bool			 draining;
@@ -416,8 +424,9 @@ int	conf_load_clusters(const char *path, sg_clusterfile **out, bool quiet,
 
 extern proxy *proxy_self;			/* this process's worker */
 int	worker_run(proxy *p);			/* sysexits code */
-/* Count a final reply until evhttp has written it (drain waits for it). */
-void	worker_track_reply(struct evhttp_request *req);
+/* Count a final reply until h1s has written it (drain waits for it);
+ * the request's lifecycle callbacks are the worker's from now on. */
+void	worker_track_reply(h1s_req *req);
 void	worker_maybe_exit(proxy *p);		/* draining and idle: stop */
 
 /* --- upstream.c ----------------------------------------------------------------------- */
@@ -431,16 +440,24 @@ void	xfer_put(xfer *x);			/* back to the free list */
 
 /* --- http.c ------------------------------------------------------------------------------ */
 
-void	http_dispatch(struct evhttp_request *req, void *arg);
-void	http_send_error(struct evhttp_request *req, int status,
-	    const char *code, const char *message);
-void	http_send_overloaded(struct evhttp_request *req);
+/* The server's callbacks (worker.c installs them). */
+extern const h1s_cbs http_cbs;
+void	http_send_error(h1s_req *req, int status, const char *code,
+	    const char *message);
+void	http_send_overloaded(h1s_req *req);
 const char *http_reason(int status);
+/* pbuf: append (0, or -1 out of memory), a JSON string literal. */
+int	pbuf_add(pbuf *b, const void *p, size_t n);
+void	pbuf_json_str(pbuf *b, const char *s);
+void	pbuf_free(pbuf *b);
+/* The request's fields as an sg_header list in the worker's scratch
+ * array (pointers into the request: no copy); *n their count. */
+const sg_header *http_header_list(proxy *p, const h1s_req *req, size_t *n);
 
 /* --- route.c ------------------------------------------------------------------------------ */
 
-/* Attach the request to its connection (close callback, EOF watch),
- * start its span, count it in flight.  Idempotent. */
+/* Attach the request to its connection (the close callback), start its
+ * span, count it in flight.  Idempotent. */
 void	route_attach(preq *q);
 /* Begin routing an accepted, parsed request. */
 void	route_start(preq *q);
@@ -462,25 +479,31 @@ void	preq_finish(preq *q, int status);
 /* Add a cluster id (stable storage) to the exclusions; -1 when full. */
 int	preq_exclude(preq *q, const char *id);
 void	forward_idle_check(preq *q);
-/* Watch the client socket for EOF while the request is being served. */
-void	forward_watch_client(preq *q);
 void	forward_start(preq *q, const pcl *cl, size_t fidx);
 /* Native client: resolve the upstream addresses of the current clusters
  * (at start and after a reload, never per request). */
 void	forward_prepare(proxy *p);
 void	forward_cancel(preq *q);		/* stop the attempt, release */
-void	forward_close_client(struct evhttp_connection *c, void *arg);
+/* h1s on_close: the client left before its answer was complete. */
+void	forward_close_client(h1s_req *r, void *arg);
 /* Precomputed forbidden-header check (request and response lists). */
 bool	header_forbidden(const char *name, size_t len);
 
 /* Exported for gateway.c. */
-void	forward_on_written(struct evhttp_connection *c, void *arg);
 void	forward_abort_client(preq *q);
 int	forward_hblk_add(preq *q, const char *name, size_t nl, const char *v,
 	    size_t vl);
-/* Send what q->chunk holds to the client; pause the upstream transfer
- * while the client's output buffer is above PROXY_HWM. */
-void	forward_send_chunk(preq *q);
+/* Which client fields a header block gets (forward_client_headers). */
+typedef bool (*hdr_pass_fn)(const char *name, size_t len);
+/* Append the client's fields that pass to q's header block. */
+int	forward_client_headers(preq *q, hdr_pass_fn pass);
+/* Send bytes to the client; pause the upstream transfer while more than
+ * PROXY_HWM are unsent (resumed from h1s_on_drain). */
+void	forward_send(preq *q, const char *p, size_t n);
+/* Copy an upstream response's fields that pass to the client reply
+ * (q->req); pass NULL: every field that is not forbidden. */
+void	forward_copy_response(preq *q, const h1_resp *r,
+	    bool (*pass)(preq *q, const char *name, size_t nl));
 
 /* --- gateway.c ------------------------------------------------------------------------------ */
 
@@ -492,8 +515,7 @@ void	gateway_free_keys(proxy *p);
 int	gateway_worker_init(proxy *p);
 void	gateway_worker_fini(proxy *p);
 /* A routed request on the gateway edge (instead of the router path). */
-void	gateway_accept(proxy *p, struct evhttp_request *req,
-	    const char *endpoint);
+void	gateway_accept(proxy *p, h1s_req *req, const char *endpoint);
 /* The request's timer while in PQ_LOOKUP or on the gateway role. */
 void	gateway_on_timer(preq *q);
 /* Release the gateway state of a request (preq_put). */
@@ -517,7 +539,7 @@ void	gateway_update_gauges(proxy *p);
  * headers and the trusted ones; an upstream head's gateway facts; which
  * upstream response headers reach the client. */
 int	gateway_engine_headers(preq *q);
-bool	gateway_client_header_passes(const char *name);
+bool	gateway_client_header_passes(const char *name, size_t len);
 void	gateway_note_headers(preq *q, const h1_resp *r);
 bool	gateway_response_passes(preq *q, const char *name, size_t nl);
 bool	gateway_idle(proxy *p);			/* no store write pending */

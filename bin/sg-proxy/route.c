@@ -29,7 +29,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <event2/http.h>
 
 #include "proxy.h"
 
@@ -119,13 +118,13 @@ route_fail(preq *q, int status, const char *code, const char *msg)
 {
 	if (q->req != NULL) {
 		if (q->close_after)
-			evhttp_add_header(evhttp_request_get_output_headers(
-			    q->req), "Connection", "close");
+			h1s_set_close(q->req);
 		gateway_reply_headers(q);
 		if (status == 503 && strcmp(code, "overloaded_error") == 0)
 			http_send_overloaded(q->req);
 		else
 			http_send_error(q->req, status, code, msg);
+		q->req = NULL;		/* the worker's until written */
 	}
 	otlp_span_status(&q->span, OTLP_STATUS_ERROR, code);
 	metrics_request(q, "", status);
@@ -287,13 +286,10 @@ route_attach(preq *q)
 	if (q->attached)
 		return;
 	q->attached = true;
-	q->conn = evhttp_request_get_connection(q->req);
-	if (q->conn != NULL) {
-		evhttp_connection_set_closecb(q->conn, forward_close_client, q);
-		forward_watch_client(q);
-	}
-	tp = evhttp_find_header(evhttp_request_get_input_headers(q->req),
-	    "traceparent");
+	/* h1s watches the socket while the request is served: a client that
+	 * leaves during a routing wait or an attempt ends it (on_close). */
+	h1s_on_close(q->req, forward_close_client, q);
+	tp = h1s_find_header(q->req, "traceparent");
 	q->has_parent = tp != NULL && otlp_traceparent_parse(tp, strlen(tp),
 	    &q->parent);
 	otlp_span_start(p->otlp, &q->span, OTLP_SPAN_REQUEST, OTLP_KIND_SERVER,

@@ -1,11 +1,15 @@
 /*
  * worker.c — one sg-proxy worker: an event base (precise timers), the
- * evhttp server on the shared listening socket, the curl multi, the stats
- * poller, the span exporter and the decision log, all on the same loop.
+ * h1s server (h1s.h) on the shared listening socket, the curl multi, the
+ * stats poller, the span exporter and the decision log, all on the same
+ * loop.  The server's limits and deadlines are the --max-* and
+ * --*-timeout-ms flags (sg-proxy(8) LIMITS, TIMEOUTS).
  *
  * Signals (libevent signal events, so handlers run on the loop):
- *   SIGTERM, SIGINT  drain: stop accepting (the listener is closed), /readyz
- *                    answers 503, requests in flight finish; when the last
+ *   SIGTERM, SIGINT  drain: stop accepting (h1s_server_drain: idle
+ *                    keep-alive connections are closed, busy ones after
+ *                    their answer), /readyz answers 503, requests in
+ *                    flight finish; when the last
  *                    one is done, or after --drain-timeout-ms, the loop
  *                    stops and whatever is left is cancelled;
  *   SIGHUP           reload the cluster file (clusters.c) and reopen the
@@ -23,9 +27,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
 
 #include "proxy.h"
 
@@ -54,8 +56,10 @@ worker_maybe_exit(proxy *p)
 		event_base_loopexit(p->base, NULL);
 }
 
+/* The reply was written whole, or its client left first (h1s runs one
+ * of the two, once). */
 static void
-on_reply_written(struct evhttp_request *req, void *arg)
+on_reply_over(h1s_req *req, void *arg)
 {
 	proxy *p = arg;
 
@@ -65,19 +69,17 @@ on_reply_written(struct evhttp_request *req, void *arg)
 	worker_maybe_exit(p);
 }
 
-/*
- * A connection that dies before its reply is written never reports it;
- * the drain timeout bounds that case.
- */
 void
-worker_track_reply(struct evhttp_request *req)
+worker_track_reply(h1s_req *req)
 {
 	proxy *p = proxy_self;
 
 	if (p == NULL || req == NULL)
 		return;
 	p->flushing++;
-	evhttp_request_set_on_complete_cb(req, on_reply_written, p);
+	h1s_on_drain(req, NULL, NULL);
+	h1s_on_close(req, on_reply_over, p);
+	h1s_on_complete(req, on_reply_over, p);
 }
 
 static void
@@ -103,10 +105,8 @@ start_drain(proxy *p)
 	if (p->draining)
 		return;
 	p->draining = true;
-	if (p->bound != NULL) {
-		evhttp_del_accept_socket(p->http, p->bound);
-		p->bound = NULL;
-	}
+	if (p->srv != NULL)
+		h1s_server_drain(p->srv);
 	log_simple(p, SG_LOG_INFO, "draining", NULL, NULL);
 	if (p->inflight == 0 && p->flushing == 0 && gateway_idle(p)) {
 		event_base_loopexit(p->base, NULL);
@@ -144,50 +144,20 @@ static int
 setup_http(proxy *p)
 {
 	const pconf *c = p->conf;
-	struct timeval tv;
-	uint64_t margin;
-	int fd;
+	h1s_limits lim;
 
-	if ((p->http = evhttp_new(p->base)) == NULL)
+	h1s_limits_default(&lim);
+	lim.max_target = PROXY_MAX_TARGET;
+	lim.max_header_bytes = c->max_header_bytes;
+	lim.max_headers = c->max_headers;
+	lim.max_body = c->max_body;		/* the replay limit */
+	lim.header_timeout_ms = c->header_timeout_ms;
+	lim.body_timeout_ms = c->body_timeout_ms;
+	lim.keepalive_timeout_ms = c->keepalive_timeout_ms;
+	lim.send_timeout_ms = c->send_timeout_ms;
+	if ((p->srv = h1s_server_new(p->base, p->listen_fd, &lim, &http_cbs,
+	    p)) == NULL)
 		return EX_OSERR;
-	/*
-	 * libevent answers a body over its limit with an HTML page; the
-	 * handler answers the ref's JSON 413 for bodies up to a margin past
-	 * --max-body-bytes, so only far larger ones (which are not read
-	 * into memory) get libevent's page.
-	 */
-	margin = c->max_body > 65536 ? c->max_body : 65536;
-	if (margin > (16u << 20))
-		margin = 16u << 20;
-	evhttp_set_max_body_size(p->http, (ev_ssize_t)(c->max_body + margin));
-	/*
-	 * Likewise the header block: http.c answers 414 and 431 (JSON) up
-	 * to a margin past --max-header-bytes (and the 8 KiB request target
-	 * limit); only beyond it does libevent answer with its own page.
-	 */
-	margin = c->max_header_bytes > 65536 ? c->max_header_bytes : 65536;
-	evhttp_set_max_headers_size(p->http,
-	    (ev_ssize_t)(c->max_header_bytes + margin));
-	/* evhttp has one idle timeout for reading a request (headers and
-	 * body alike) and writing a reply: the larger of the two bounds. */
-	ms_to_tv((double)(c->header_timeout_ms > c->body_timeout_ms ?
-	    c->header_timeout_ms : c->body_timeout_ms), &tv);
-	evhttp_set_timeout_tv(p->http, &tv);
-	evhttp_set_allowed_methods(p->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-	evhttp_set_default_content_type(p->http, NULL);
-	evhttp_set_gencb(p->http, http_dispatch, p);
-	/* evhttp closes the socket it is given; keep ours for the others. */
-	if ((fd = dup(p->listen_fd)) < 0)
-		return EX_OSERR;
-	evutil_make_socket_nonblocking(fd);
-	evutil_make_socket_closeonexec(fd);
-	if ((p->bound = evhttp_accept_socket_with_handle(p->http, fd)) ==
-	    NULL) {
-		close(fd);
-		return EX_OSERR;
-	}
 	return 0;
 }
 
@@ -267,10 +237,7 @@ free_pool(proxy *p)
 		p->free_reqs = q->next;
 		if (q->timer != NULL)
 			event_free(q->timer);
-		if (q->watch != NULL)
-			event_free(q->watch);
-		if (q->chunk != NULL)
-			evbuffer_free(q->chunk);
+		pbuf_free(&q->ob);
 		free(q->excl);
 		free(q->url);
 		free(q->hblk);
@@ -329,9 +296,10 @@ out:
 	cancel_all(p);
 	h1_pool_free(p->h1);
 	p->h1 = NULL;
-	if (p->http != NULL)
-		evhttp_free(p->http);
-	p->http = NULL;
+	if (p->srv != NULL)
+		h1s_server_free(p->srv);
+	p->srv = NULL;
+	pbuf_free(&p->scratch);
 	free_pool(p);
 	stats_fini(p);
 	gateway_worker_fini(p);

@@ -4,7 +4,9 @@
 # with a 4xx, the connection is closed (nothing after it on the connection
 # is read as a request), and nothing reaches the engine
 # (sg-mockengine's /control/seen-headers counts zero routed requests).
-# What evhttp still accepts is listed in sg-proxy.8, LIMITS.
+# The framing rules are h1s's (bin/sg-proxy/h1s.h, sg-proxy.8 LIMITS):
+# obsolete line folding, a NUL or a bare CR in the head, and any chunk
+# size but 1 to 16 hex digits are refused too (evhttp accepted them).
 
 bats_require_minimum_version 1.5.0
 
@@ -83,20 +85,88 @@ json() {
 
 @test "smuggle: two Transfer-Encoding fields are 400 and closed" {
 	send "${H}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n$NEXT"
-	refused 400	# libevent's own page
+	refused 400
+	json
 }
 
-@test "smuggle: a chunk size that is not hex is refused and closed" {
-	# libevent answers a malformed chunk size with its own 413 page
+@test "smuggle: a chunk size that is not hex is 400 and closed" {
 	send "${H}Transfer-Encoding: chunked\r\n\r\nzz\r\n$B\r\n0\r\n\r\n$NEXT"
-	[[ $ST == 4?? ]] || { echo "$OUT"; false; }
-	refused "$ST"
+	refused 400
+	json
 }
 
-@test "smuggle: a negative chunk size is refused and closed" {
+@test "smuggle: a negative chunk size is 400 and closed" {
 	send "${H}Transfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n$NEXT"
-	[[ $ST == 4?? ]] || { echo "$OUT"; false; }
-	refused "$ST"
+	refused 400
+	json
+}
+
+# chunked SIZE-LINE: a chunked body whose first chunk-size line is
+# SIZE-LINE with the 5 bytes "hello" after it.
+chunked() {
+	send "${H}Transfer-Encoding: chunked\r\n\r\n$1\r\nhello\r\n0\r\n\r\n$NEXT"
+}
+
+@test "smuggle: a chunk size with a plus sign (+5) is 400 and closed, never forwarded" {
+	chunked "+5"
+	refused 400
+	json
+}
+
+@test "smuggle: a chunk size with a leading space ( 5) is 400 and closed, never forwarded" {
+	chunked " 5"
+	refused 400
+	json
+}
+
+@test "smuggle: a chunk size with a 0x prefix (0x5) is 400 and closed, never forwarded" {
+	chunked "0x5"
+	refused 400
+	json
+}
+
+@test "smuggle: a chunk size of 17 hex digits is 400 and closed, never forwarded" {
+	chunked "00000000000000005"
+	refused 400
+	json
+}
+
+@test "smuggle: 16 hex digits are still a chunk size (the bound of the rule above)" {
+	local body
+	body=$(printf '%016x' ${#B})
+	send "${H}Transfer-Encoding: chunked\r\n\r\n$body\r\n$B\r\n0\r\n\r\n"
+	[ "$ST" = 200 ] || { echo "$OUT"; false; }
+	[ "$(seen_n A)" = 1 ]
+}
+
+@test "smuggle: chunk data not followed by CRLF is 400 and closed, never forwarded" {
+	send "${H}Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n$NEXT"
+	refused 400
+	json
+}
+
+@test "smuggle: obsolete line folding is 400 and closed, never forwarded" {
+	send "${H}x-foo: a\r\n b\r\nContent-Length: ${#B}\r\n\r\n$B$NEXT"
+	refused 400
+	json
+}
+
+@test "smuggle: obsolete line folding with a tab is 400 and closed" {
+	send "${H}x-foo: a\r\n\tContent-Length: 0\r\nContent-Length: ${#B}\r\n\r\n$B$NEXT"
+	refused 400
+	json
+}
+
+@test "smuggle: a NUL in a header value is 400 and closed, never forwarded" {
+	send "${H}x-foo: a\000b\r\nContent-Length: ${#B}\r\n\r\n$B$NEXT"
+	refused 400
+	json
+}
+
+@test "smuggle: a NUL in a header name is 400 and closed" {
+	send "${H}x-f\000oo: a\r\nContent-Length: ${#B}\r\n\r\n$B$NEXT"
+	refused 400
+	json
 }
 
 @test "smuggle: a bare CR in a header value is 400 and closed" {

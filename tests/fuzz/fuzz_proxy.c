@@ -1,6 +1,6 @@
 /*
  * fuzz_proxy.c — sg-proxy's request path end to end: raw client bytes in
- * on a TCP connection, through libevent's HTTP parser, sg-proxy's
+ * on a TCP connection, through sg-proxy's HTTP/1.1 server (h1s.c), its
  * handlers (gateway identity, routing, forwarding) and its upstream
  * client to a real engine, and the answer back.
  *
