@@ -11,6 +11,7 @@
  */
 #include "sg_test.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -1237,6 +1238,83 @@ setup_one_conn(void **state)
 	return 0;
 }
 
+
+/* The fdinfo of the loop's epoll descriptor, opened now (it is re-read
+ * while no descriptor can be opened). */
+static int
+epoll_info_open(void)
+{
+	char path[64], link[64];
+	ssize_t n;
+	int fd;
+
+	for (fd = 0; fd < 1024; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if ((n = readlink(path, link, sizeof(link) - 1)) <= 0)
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, "anon_inode:[eventpoll]") == 0) {
+			snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+			return open(path, O_RDONLY);
+		}
+	}
+	return -1;
+}
+
+/* Is fd registered with the epoll descriptor whose fdinfo is info? */
+static bool
+polled(int info, int fd)
+{
+	char b[16384], *p;
+	ssize_t n;
+	int v;
+
+	assert_int_equal(lseek(info, 0, SEEK_SET), 0);
+	assert_true((n = read(info, b, sizeof(b) - 1)) > 0);
+	b[n] = '\0';
+	for (p = b; (p = strstr(p, "tfd:")) != NULL; p += 4)
+		if (sscanf(p + 4, "%d", &v) == 1 && v == fd)
+			return true;
+	return false;
+}
+
+static void
+test_emfile_pauses_accept_without_spinning(void **state)
+{
+	t_ctx *t = *state;
+	struct rlimit old, low;
+	h1s_stats st;
+	bool paused;
+	int fd, probe, info;
+
+	fd = tcp_connect(t->lfd);	/* queued in the backlog */
+	assert_true((info = epoll_info_open()) >= 0);
+	assert_true(polled(info, t->lfd));
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_true((probe = dup(0)) >= 0);
+	close(probe);
+	low = old;
+	low.rlim_cur = (rlim_t)probe;	/* no descriptor left for accept */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	RUN_UNTIL(t, false, 20);
+	/* accept failed with EMFILE: the listener is not polled (a level-
+	 * triggered listener with a pending connection would spin) */
+	paused = !polled(info, t->lfd);
+	h1s_server_stats(t->s, &st);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_true(paused);
+	assert_int_equal(st.accepted, 1);
+	assert_true(RUN_UNTIL(t, (h1s_server_stats(t->s, &st),
+	    st.accepted == 2), 2000));
+	assert_true(polled(info, t->lfd));	/* accepting again */
+	close(info);
+	close(t->cfd);
+	t->cfd = fd;
+	csend(t, "GET /after HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, strstr(t->in, "GET /after 1") != NULL,
+	    2000));
+}
+
 int
 main(void)
 {
@@ -1337,6 +1415,7 @@ main(void)
 		T(test_loopback_listener_accepts_and_serves),
 		cmocka_unit_test_setup_teardown(test_max_conns_pauses_accept_until_a_close,
 		    setup_one_conn, teardown),
+		T(test_emfile_pauses_accept_without_spinning),
 #undef T
 	};
 
