@@ -2143,7 +2143,8 @@ h1s_minor(const h1s_req *r)
 const h1s_header *
 h1s_headers(const h1s_req *r, size_t *n)
 {
-	*n = r->nhdrs;
+	if (n != NULL)
+		*n = r->nhdrs;
 	return r->hdrs;
 }
 
