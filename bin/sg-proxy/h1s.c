@@ -128,13 +128,13 @@ struct h1s_conn {
 	h1s_server	*s;
 	int		 fd;
 	int		 state;
-	unsigned	 busy;			/* our callbacks running on it */
+	unsigned	 busy;			/* our callbacks on it */
 	unsigned	 pend;			/* PEND_* */
-	bool		 held;			/* request handed over, not freed */
+	bool		 held;			/* request handed over */
 	bool		 rd_on;			/* ev_rd added */
 	bool		 wwait;			/* ev_wr added: socket full */
 	struct event	*ev_rd;			/* persistent EV_READ */
-	struct event	*ev_wr;			/* EV_WRITE, and deferred work */
+	struct event	*ev_wr;			/* EV_WRITE, deferred work */
 	struct event	*ev_tm;			/* the connection's timer */
 	/* input: rbuf[0..rlen); parsed up to ppos, line search from scan */
 	char		*rbuf;
@@ -157,7 +157,7 @@ struct h1s_conn {
 	/* output: obuf[opos..olen) unsent */
 	char		*obuf;
 	size_t		 ocap, olen, opos;
-	char		*rh;			/* application fields, wire form */
+	char		*rh;			/* application fields */
 	size_t		 rhcap, rhlen;
 	int		 phase;			/* enum rphase */
 	int64_t		 oclen;			/* identity length, -1 */
@@ -1081,7 +1081,8 @@ known_field(h1s_conn *c, const char *name, size_t nl, const char *v,
 		if (c->has_cl)
 			return bad(c, "more than one Content-Length");
 		if (c->has_te)
-			return bad(c, "Content-Length beside Transfer-Encoding");
+			return bad(c,
+			    "Content-Length beside Transfer-Encoding");
 		if (vl == 0)
 			return bad(c, "malformed Content-Length");
 		for (i = 0; i < vl; i++) {
@@ -1099,11 +1100,13 @@ known_field(h1s_conn *c, const char *name, size_t nl, const char *v,
 		if (strncasecmp(name, "transfer-encoding", 17) != 0)
 			return 0;
 		if (c->req.minor == 0)
-			return bad(c, "Transfer-Encoding in an HTTP/1.0 request");
+			return bad(c,
+			    "Transfer-Encoding in an HTTP/1.0 request");
 		if (c->has_te)
 			return bad(c, "more than one Transfer-Encoding");
 		if (c->has_cl)
-			return bad(c, "Transfer-Encoding beside Content-Length");
+			return bad(c,
+			    "Transfer-Encoding beside Content-Length");
 		if (!ieq(v, vl, "chunked", 7))
 			return bad(c, "Transfer-Encoding other than chunked");
 		c->has_te = true;
@@ -1587,7 +1590,7 @@ in_space(h1s_conn *c, char **dst, size_t *space, bool *direct)
 	}
 	*dst = c->rbuf + c->rlen;
 	*space = c->rcap - c->rlen;
-	if (*space == 0) {		/* cannot happen: the parser bounds it */
+	if (*space == 0) {		/* the parser bounds it: never */
 		rd_stop(c);
 		return false;
 	}
@@ -2397,7 +2400,7 @@ h1s_reply_chunk(h1s_req *r, const void *p, size_t n)
 		uint64_t left = (uint64_t)c->oclen - c->obody;
 
 		if ((uint64_t)n > left)
-			n = (size_t)left;	/* past Content-Length: dropped */
+			n = (size_t)left;	/* past the length: dropped */
 	}
 	c->obody += n;
 	v[nv].iov_base = (void *)(uintptr_t)p;

@@ -61,7 +61,7 @@ static struct {
 	bool			 held_error;
 	int			 handed, ended, completes, aborted;
 	bool			 errored;
-	bool			 head[MAX_REQ];	/* per handed request, in order */
+	bool			 head[MAX_REQ];	/* per request handed */
 	bool			 done[MAX_REQ];	/* completed */
 	int			 idx_of_held;
 	char			 out[1 << 17];
@@ -386,7 +386,7 @@ check_output(void)
 	}
 }
 
-/* --- the target ------------------------------------------------------------ */
+/* --- the target -------------------------------------------------------- */
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -439,7 +439,7 @@ test_backpressure_unsent_grows_and_on_drain_fires(void **state)
 	csend(t, "GET /big HTTP/1.1\r\n\r\n");
 	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
 	before = h1s_unsent(t->held);
-	assert_true(before > 0);		/* the socket did not take 1 MiB */
+	assert_true(before > 0);	/* the socket did not take 1 MiB */
 	h1s_on_drain(t->held, on_drain, t);
 	RUN_UNTIL(t, false, 20);
 	assert_int_equal(t->drains, 0);
@@ -857,7 +857,7 @@ test_send_timeout_abandons_reader_that_never_reads(void **state)
 	assert_int_equal(st.conns, 0);
 }
 
-/* --- the client leaving ---------------------------------------------------- */
+/* --- the client leaving ------------------------------------------------ */
 
 static void
 test_client_eof_during_service_runs_on_close(void **state)
@@ -956,7 +956,7 @@ test_body_unchanged_while_pipelined_bytes_arrive(void **state)
 	assert_true(RUN_UNTIL(t, t->completes == 2, 2000));
 }
 
-/* --- streaming and framing ------------------------------------------------- */
+/* --- streaming and framing --------------------------------------------- */
 
 static void
 test_stream_chunked_framing_byte_exact(void **state)
@@ -1121,7 +1121,7 @@ test_response_fields_added_deleted_and_reserved_ignored(void **state)
 	assert_null(strstr(t->in, "99"));
 }
 
-/* --- the server ------------------------------------------------------------ */
+/* --- the server -------------------------------------------------------- */
 
 static void
 test_drain_closes_idle_and_busy_after_response(void **state)
@@ -1254,7 +1254,8 @@ epoll_info_open(void)
 			continue;
 		link[n] = '\0';
 		if (strcmp(link, "anon_inode:[eventpoll]") == 0) {
-			snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+			snprintf(path, sizeof(path), "/proc/self/fdinfo/%d",
+			    fd);
 			return open(path, O_RDONLY);
 		}
 	}
@@ -1320,6 +1321,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define TS(f) cmocka_unit_test_setup_teardown(f, setup_small, teardown)
+#define T1(f) cmocka_unit_test_setup_teardown(f, setup_one_conn, teardown)
 		T(test_get_answered_with_content_length),
 		T(test_post_content_length_body),
 		T(test_keepalive_reuses_connection),
@@ -1365,37 +1368,22 @@ main(void)
 		T(test_body_over_max_body_is_413),
 		T(test_content_length_overflow_is_413),
 		T(test_http11_minor_above_1_answered_as_11),
-		cmocka_unit_test_setup_teardown(test_target_at_limit_is_served, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_target_over_limit_is_414, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_target_far_over_limit_is_414_before_line_end, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_header_bytes_at_limit_are_served, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_header_bytes_over_limit_is_431, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_header_count_at_limit_is_served, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_header_count_over_limit_is_431, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_body_at_limit_is_served, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_chunked_body_over_limit_is_413, setup_small,
-		    teardown),
+		TS(test_target_at_limit_is_served),
+		TS(test_target_over_limit_is_414),
+		TS(test_target_far_over_limit_is_414_before_line_end),
+		TS(test_header_bytes_at_limit_are_served),
+		TS(test_header_bytes_over_limit_is_431),
+		TS(test_header_count_at_limit_is_served),
+		TS(test_header_count_over_limit_is_431),
+		TS(test_body_at_limit_is_served),
+		TS(test_chunked_body_over_limit_is_413),
 		T(test_expect_100_continue_gets_interim_100),
-		cmocka_unit_test_setup_teardown(test_expect_100_continue_over_limit_is_413_without_100, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_head_trickled_past_deadline_gets_408_and_close, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_body_past_deadline_gets_408, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_keepalive_idle_connection_closed_silently, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_silent_fresh_connection_closed_after_header_timeout, setup_small,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_send_timeout_abandons_reader_that_never_reads, setup_small,
-		    teardown),
+		TS(test_expect_100_continue_over_limit_is_413_without_100),
+		TS(test_head_trickled_past_deadline_gets_408_and_close),
+		TS(test_body_past_deadline_gets_408),
+		TS(test_keepalive_idle_connection_closed_silently),
+		TS(test_silent_fresh_connection_closed_after_header_timeout),
+		TS(test_send_timeout_abandons_reader_that_never_reads),
 		T(test_client_eof_during_service_runs_on_close),
 		T(test_client_gone_without_on_close_completes_at_reply),
 		T(test_half_closed_client_still_answered),
@@ -1413,10 +1401,11 @@ main(void)
 		T(test_response_fields_added_deleted_and_reserved_ignored),
 		T(test_drain_closes_idle_and_busy_after_response),
 		T(test_loopback_listener_accepts_and_serves),
-		cmocka_unit_test_setup_teardown(test_max_conns_pauses_accept_until_a_close,
-		    setup_one_conn, teardown),
+		T1(test_max_conns_pauses_accept_until_a_close),
 		T(test_emfile_pauses_accept_without_spinning),
 #undef T
+#undef TS
+#undef T1
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
