@@ -2456,6 +2456,10 @@ h1s_abort(h1s_req *r)
 	r->close_cb = r->complete_cb = r->drain_cb = NULL;
 	c->close_after = true;
 	if (!c->gone) {
+		/* what is queued goes out first, as far as one write takes it */
+		if (c->opos < c->olen)
+			(void)send(c->fd, c->obuf + c->opos, c->olen - c->opos,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
 		c->gone = true;
 		conn_close(c);
 	}

@@ -224,7 +224,8 @@ void	h1s_reply_end(h1s_req *r);
 size_t	h1s_unsent(const h1s_req *r);
 /*
  * Close the connection now, leaving the response unfinished (a stream cut
- * short must not look whole to the client).  Neither on_close nor
+ * short must not look whole to the client); what is queued is written
+ * first as far as one non-blocking write takes it.  Neither on_close nor
  * on_complete runs; the request is freed from the loop, and r must not be
  * used after the call.
  */

@@ -929,6 +929,39 @@ test_abort_cuts_stream_without_last_chunk(void **state)
 }
 
 static void
+test_abort_writes_queued_bytes_before_closing(void **state)
+{
+	t_ctx *t = *state;
+	size_t unsent, total = 0, queued_at_abort, whole;
+	const char *e;
+	char b[65536];
+	ssize_t n;
+
+	t->mode = M_BIG;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	assert_true((unsent = h1s_unsent(t->held)) > 0);
+	/* the client takes some, then the application aborts at once */
+	total = t->inlen;
+	if ((n = recv(t->cfd, b, sizeof(b), 0)) > 0)
+		total += (size_t)n;
+	queued_at_abort = h1s_unsent(t->held);
+	h1s_abort(t->held);
+	t->held = NULL;
+	while ((n = recv(t->cfd, b, sizeof(b), 0)) > 0)
+		total += (size_t)n;
+	assert_true(n == 0);		/* closed */
+	/* more arrived than had been written before the abort: the whole
+	 * answer is head, "100000\r\n", 1 MiB and "\r\n" */
+	assert_non_null(e = strstr(t->in, "\r\n\r\n"));
+	whole = (size_t)(e + 4 - t->in) + 8 + (1u << 20) + 2;
+	assert_true(total > whole - queued_at_abort);
+	assert_true(total < whole);		/* and not the end */
+	RUN_UNTIL(t, false, 20);
+	assert_int_equal(t->completes + t->closes, 0);
+}
+
+static void
 test_body_unchanged_while_pipelined_bytes_arrive(void **state)
 {
 	t_ctx *t = *state;
@@ -1388,6 +1421,7 @@ main(void)
 		T(test_client_gone_without_on_close_completes_at_reply),
 		T(test_half_closed_client_still_answered),
 		T(test_abort_cuts_stream_without_last_chunk),
+		T(test_abort_writes_queued_bytes_before_closing),
 		T(test_body_unchanged_while_pipelined_bytes_arrive),
 		T(test_stream_chunked_framing_byte_exact),
 		T(test_stream_http10_close_delimited),
