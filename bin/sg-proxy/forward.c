@@ -65,26 +65,39 @@
 
 /* --- header filtering --------------------------------------------------------- */
 
-static const char *const common_drop[] = {
-	"connection", "proxy-connection", "keep-alive", "transfer-encoding",
-	"te", "trailer", "upgrade", "host", "x-routing-method",
-	"x-stargate-retryable", "x-stargate-retry-reason",
-	"x-stargate-retry-after-ms", "x-stargate-expected-queue-ms",
-	"x-stargate-error-code", NULL,
+/*
+ * The dropped names with their lengths: a field is compared only with the
+ * names of its own length (most fields match none), so filtering a header
+ * list costs a length test per entry, not a string compare.
+ */
+struct hname {
+	const char	*s;
+	size_t		 n;
 };
-static const char *const request_drop[] = {
-	"content-length", "expect", "x-stargate-last-cluster-id",
-	"traceparent", NULL,
+#define HN(lit)	{ lit, sizeof(lit) - 1 }
+
+static const struct hname common_drop[] = {
+	HN("connection"), HN("proxy-connection"), HN("keep-alive"),
+	HN("transfer-encoding"), HN("te"), HN("trailer"), HN("upgrade"),
+	HN("host"), HN("x-routing-method"), HN("x-stargate-retryable"),
+	HN("x-stargate-retry-reason"), HN("x-stargate-retry-after-ms"),
+	HN("x-stargate-expected-queue-ms"), HN("x-stargate-error-code"),
+	{ NULL, 0 },
 };
-static const char *const response_drop[] = {
-	"x-stargate-cluster-id", "content-length", "date", NULL,
+static const struct hname request_drop[] = {
+	HN("content-length"), HN("expect"), HN("x-stargate-last-cluster-id"),
+	HN("traceparent"), { NULL, 0 },
+};
+static const struct hname response_drop[] = {
+	HN("x-stargate-cluster-id"), HN("content-length"), HN("date"),
+	{ NULL, 0 },
 };
 
 static bool
-in_list(const char *const *l, const char *name, size_t len)
+in_list(const struct hname *l, const char *name, size_t len)
 {
-	for (; *l != NULL; l++)
-		if (strlen(*l) == len && strncasecmp(*l, name, len) == 0)
+	for (; l->s != NULL; l++)
+		if (l->n == len && strncasecmp(l->s, name, len) == 0)
 			return true;
 	return false;
 }
@@ -391,7 +404,7 @@ start_reply(preq *q)
 	if (q->close_after)
 		h1s_set_close(q->req);
 	q->phase = PQ_STREAMING;
-	snprintf(res, sizeof(res), "upstream_%d", q->ustatus);
+	fmt_label(res, sizeof(res), "upstream_", (uint64_t)q->ustatus);
 	metrics_attempt(q, q->cur->cs->id, res);
 	metrics_proxy_duration(q, q->cur->cs->id, (now - q->t0) / 1000.0);
 	otlp_span_int(&q->aspan, "proxy.upstream_status", q->ustatus);
@@ -605,6 +618,37 @@ attempt_failed(preq *q, bool again, const char *error)
 	route_fail(q, 502, "upstream_error", "upstream request failed");
 }
 
+/*
+ * The answer broke off after its head (transport error, malformed framing
+ * or idle timeout), counted as attempt result proxy_<status>.  A reply the
+ * client has not seen a byte of (the all role holds a unary JSON reply to
+ * rewrite it whole) is still answered status/code; else what came goes
+ * out (h1s_abort writes what is queued) and the client connection is
+ * closed without the end of the body.
+ */
+static void
+reply_cut(preq *q, int status, const char *code, const char *msg)
+{
+	int ustatus = q->ustatus;
+	char res[16];
+
+	fmt_label(res, sizeof(res), "proxy_", (uint64_t)status);
+	metrics_attempt(q, q->cur->cs->id, res);
+	if (q->gw.on && q->gw.held) {
+		q->gw.held = false;
+		forward_cancel(q);
+		reset_output_headers(q);
+		route_fail(q, status, code, msg);
+		return;
+	}
+	if (q->gw.on && q->req != NULL)
+		gateway_emit(q, NULL, 0, true);
+	forward_cancel(q);
+	forward_abort_client(q);
+	metrics_request(q, q->cur->cs->id, ustatus);
+	preq_finish(q, ustatus);
+}
+
 /* The attempt's transfer ended (ok: a complete response); retryable: a
  * transport error before any response byte. */
 static void
@@ -615,7 +659,7 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 
 	if (q->discard) {
 		/* a retryable refusal, drained */
-		snprintf(res, sizeof(res), "upstream_%d", q->ustatus);
+		fmt_label(res, sizeof(res), "upstream_", (uint64_t)q->ustatus);
 		metrics_attempt(q, q->cur->cs->id, res);
 		otlp_span_int(&q->aspan, "proxy.upstream_status", q->ustatus);
 		otlp_span_end(&q->aspan);
@@ -630,10 +674,7 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 	}
 	if (!ok) {
 		log_attempt_error(q, "upstream reply cut short", error);
-		forward_cancel(q);
-		forward_abort_client(q);
-		metrics_request(q, q->cur->cs->id, status);
-		preq_finish(q, status);
+		reply_cut(q, 502, "upstream_error", "upstream request failed");
 		return;
 	}
 	if (q->gw.on && q->req != NULL)
@@ -712,17 +753,16 @@ static int
 native_headers(preq *q)
 {
 	char tp[OTLP_TRACEPARENT_LEN + 1], num[24];
-	int n;
+	size_t n;
 
 	q->hblen = 0;
 	if ((q->gw.on ? gateway_engine_headers(q) :
 	    forward_client_headers(q, engine_passes)) != 0)
 		return -1;
 	if (q->has_eq) {
-		n = snprintf(num, sizeof(num), "%llu",
-		    (unsigned long long)q->eq_ms);
+		n = fmt_label(num, sizeof(num), "", q->eq_ms);
 		if (forward_hblk_add(q, "x-stargate-expected-queue-ms", 28, num,
-		    (size_t)n) != 0)
+		    n) != 0)
 			return -1;
 	}
 	otlp_span_traceparent(&q->aspan, tp);
@@ -905,17 +945,12 @@ forward_idle_check(preq *q)
 	sg_log_str(&r, "request_id", q->sr.request_id);
 	sg_log_str(&r, "cluster_id", q->cur->cs->id);
 	sg_log_end(&r);
-	metrics_attempt(q, q->cur->cs->id, "proxy_504");
 	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "idle timeout");
 	if (q->phase == PQ_STREAMING) {
-		int status = q->ustatus;
-
-		forward_cancel(q);
-		forward_abort_client(q);
-		metrics_request(q, q->cur->cs->id, status);
-		preq_finish(q, status);
+		reply_cut(q, 504, "upstream_timeout", "upstream timed out");
 		return;
 	}
+	metrics_attempt(q, q->cur->cs->id, "proxy_504");
 	forward_cancel(q);
 	reset_output_headers(q);
 	route_fail(q, 504, "upstream_timeout", "upstream timed out");

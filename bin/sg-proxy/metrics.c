@@ -126,7 +126,7 @@ metrics_request(preq *q, const char *server, int status)
 	char st[16];
 	const char *v[4];
 
-	snprintf(st, sizeof(st), "%d", status);
+	fmt_label(st, sizeof(st), "", status > 0 ? (uint64_t)status : 0);
 	v[0] = q->lbl_rk;
 	v[1] = q->lbl_model;
 	v[2] = server != NULL ? server : "";

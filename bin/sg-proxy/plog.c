@@ -7,6 +7,7 @@
  * mono_ms() for every duration and deadline, wall_s() only for the "ts"
  * of log records.
  */
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,24 @@ mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec * 1000.0 + (double)t.tv_nsec / 1e6;
+}
+
+size_t
+fmt_label(char *buf, size_t cap, const char *prefix, uint64_t v)
+{
+	char d[20];
+	size_t n = 0, pl = strlen(prefix), i;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	if (pl + n >= cap)
+		pl = n = 0;
+	memcpy(buf, prefix, pl);
+	for (i = 0; i < n; i++)
+		buf[pl + i] = d[n - 1 - i];
+	buf[pl + n] = '\0';
+	return pl + n;
 }
 
 double

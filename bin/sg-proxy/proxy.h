@@ -410,6 +410,9 @@ struct proxy {
 
 double	mono_ms(void);				/* CLOCK_MONOTONIC in ms */
 double	wall_s(void);				/* unix time in s */
+/* prefix and v in decimal into buf (NUL-terminated; "" if cap is too
+ * small): labels and numeric fields on the request path, without printf. */
+size_t	fmt_label(char *buf, size_t cap, const char *prefix, uint64_t v);
 void	ms_to_tv(double ms, struct timeval *tv);
 /* The stderr logger (logfmt). NULL on failure. */
 sg_logger *plog_new(int level);

@@ -235,8 +235,14 @@ route_step(preq *q)
 	}
 	(void)dlog_record(p->dlog, p->view, &q->sr, elapsed, &d,
 	    q->attempts + 1);
-	if (d.algorithm != NULL)
-		snprintf(q->alg, sizeof(q->alg), "%s", d.algorithm);
+	if (d.algorithm != NULL) {
+		size_t n = strlen(d.algorithm);
+
+		if (n >= sizeof(q->alg))
+			n = sizeof(q->alg) - 1;
+		memcpy(q->alg, d.algorithm, n);
+		q->alg[n] = '\0';
+	}
 	switch (d.kind) {
 	case SG_DECIDE_SELECT:
 		selected(q, &d, elapsed);
