@@ -47,29 +47,11 @@ static const char overloaded_body[] =
     "capacity is temporarily unavailable.\",\"param\":\"\",\"type\":"
     "\"overloaded_error\"},\"code\":\"overloaded_error\"}\n";
 
+/* The reason phrases are h1s's (one table). */
 const char *
 http_reason(int status)
 {
-	switch (status) {
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 413: return "Payload Too Large";
-	case 414: return "URI Too Long";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	case 505: return "HTTP Version Not Supported";
-	case 529: return "Site Overloaded";
-	default: return status < 300 ? "OK" : "Error";
-	}
+	return h1s_reason(status);
 }
 
 /* --- buffers ------------------------------------------------------------ */
