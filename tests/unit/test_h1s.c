@@ -1349,6 +1349,61 @@ test_emfile_pauses_accept_without_spinning(void **state)
 	    2000));
 }
 
+static void
+test_bare_lf_lines_and_leading_empty_lines_accepted(void **state)
+{
+	t_ctx *t = *state;
+
+	csend(t, "\r\n\nGET /lf HTTP/1.1\nHost: a\nX-B:  padded\t \n\n");
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "GET /lf 1"));
+	assert_int_equal(t->errors, 0);
+}
+
+static void
+on_request_method(void *arg, h1s_req *r)
+{
+	t_ctx *t = arg;
+	size_t n;
+	const h1s_header *h = h1s_headers(r, &n);
+
+	snprintf(t->last_path, sizeof(t->last_path), "%d %s %s %zu %s=%s",
+	    (int)h1s_method(r), h1s_method_str(r), h1s_target(r, NULL), n,
+	    n > 0 ? h[0].name : "", n > 0 ? h[0].value : "");
+	t->requests++;
+	h1s_reply(r, 200, NULL, NULL, 0);
+}
+
+static void
+test_options_star_and_unknown_method_token(void **state)
+{
+	t_ctx *t = *state;
+	static const h1s_cbs mcbs = { on_request_method, on_error };
+	h1s_server *s2;
+	int sv[2];
+
+	assert_non_null(s2 = h1s_server_new(t->base, t->lfd, NULL, &mcbs, t));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(h1s_server_adopt(s2, sv[0]), 0);
+	close(t->cfd);
+	t->cfd = sv[1];
+	fcntl(t->cfd, F_SETFL, O_NONBLOCK);
+	csend(t, "OPTIONS * HTTP/1.1\r\nX-K:  v v \r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->requests == 1, 2000));
+	assert_string_equal(t->last_path, "6 OPTIONS * 1 X-K=v v");
+	csend(t, "BREW /pot HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->requests == 2, 2000));
+	assert_string_equal(t->last_path, "0 BREW /pot 0 =");
+	h1s_server_free(s2);
+}
+
+static void
+test_star_target_only_for_options(void **state)
+{
+	expect_reject(*state, "GET * HTTP/1.1\r\n\r\n", 400,
+	    "invalid_request");
+}
+
 int
 main(void)
 {
@@ -1437,6 +1492,9 @@ main(void)
 		T(test_loopback_listener_accepts_and_serves),
 		T1(test_max_conns_pauses_accept_until_a_close),
 		T(test_emfile_pauses_accept_without_spinning),
+		T(test_bare_lf_lines_and_leading_empty_lines_accepted),
+		T(test_options_star_and_unknown_method_token),
+		T(test_star_target_only_for_options),
 #undef T
 #undef TS
 #undef T1
