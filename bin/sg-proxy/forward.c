@@ -155,6 +155,7 @@ preq_get(proxy *p)
 	q->hx = NULL;
 	q->hdrs = NULL;
 	q->ustatus = 0;
+	q->oom = false;
 	q->ulen = -1;
 	q->ob.len = 0;
 	q->close_after = false;
@@ -205,7 +206,7 @@ preq_finish(preq *q, int status)
 	otlp_span_end(&q->aspan);
 	p->inflight--;
 	p->served++;
-	sg_series_add(sg_metric_series(p->m.inflight, NULL), -1);
+	sg_series_add(p->inflight_s, -1);
 	preq_put(q);
 	worker_maybe_exit(p);
 }
@@ -399,8 +400,11 @@ start_reply(preq *q)
 
 	if (q->gw.on)
 		status = gateway_reply_start(q, q->ustatus, q->cur->cs->id);
-	else
-		h1s_add_header(q->req, "x-stargate-cluster-id", q->cur->cs->id);
+	else if (h1s_add_header(q->req, "x-stargate-cluster-id",
+	    q->cur->cs->id) != 0)
+		q->oom = true;
+	if (q->oom)
+		return;		/* not started: the caller answers 502 */
 	if (q->close_after)
 		h1s_set_close(q->req);
 	q->phase = PQ_STREAMING;
@@ -679,6 +683,11 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 	}
 	if (q->gw.on && q->req != NULL)
 		gateway_emit(q, NULL, 0, true);
+	if (q->oom) {
+		log_attempt_error(q, "reply not queued", "out of memory");
+		reply_cut(q, 502, "upstream_error", "upstream request failed");
+		return;
+	}
 	forward_cancel(q);
 	if (q->req != NULL)
 		reply_done(q);
@@ -824,9 +833,9 @@ forward_copy_response(preq *q, const h1_resp *r,
 		    "x-stargate-retry-reason", 23) == 0)
 			copy_trimmed(q->retry_reason, sizeof(q->retry_reason),
 			    h->value, vl);
-		if (q->req != NULL && pass(q, h->name, nl))
-			(void)h1s_add_header_n(q->req, h->name, nl, h->value,
-			    vl);
+		if (q->req != NULL && pass(q, h->name, nl) &&
+		    h1s_add_header_n(q->req, h->name, nl, h->value, vl) != 0)
+			q->oom = true;
 	}
 }
 
@@ -848,7 +857,16 @@ n_headers(void *arg, const h1_resp *r)
 	forward_copy_response(q, r, response_passes);
 	if (q->req == NULL)
 		return H1_CONTINUE;	/* n_data ends it */
-	headers_done(q);
+	if (!q->oom)
+		headers_done(q);
+	if (q->oom) {
+		/* out of memory: a reply without its headers is not the
+		 * engine's; nothing was sent, so the client gets a 502 */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		attempt_over(q, false, false, "out of memory");
+		return H1_ABORT;
+	}
 	return q->discard ? H1_DISCARD : H1_CONTINUE;
 }
 
@@ -864,11 +882,26 @@ n_data(void *arg, const char *ptr, size_t len)
 		attempt_over(q, false, false, "client gone");
 		return;
 	}
-	if (q->gw.on) {
+	if (q->gw.on)
 		gateway_emit(q, ptr, len, false);
-		return;
+	else
+		forward_send(q, ptr, len);
+	if (q->oom) {
+		/* out of memory: a body with a hole must not look whole */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		attempt_over(q, false, false, "out of memory");
 	}
-	forward_send(q, ptr, len);
+}
+
+int
+forward_chunk_add(preq *q, const void *p, size_t n)
+{
+	if (n > 0 && pbuf_add(&q->ob, p, n) != 0) {
+		q->oom = true;
+		return -1;
+	}
+	return 0;
 }
 
 void

@@ -576,11 +576,13 @@ gateway_reply_headers(preq *q)
 	if (q->req == NULL || !q->gw.on)
 		return;
 	/* the upstream's own are never copied (gateway_response_passes) */
-	if (q->gw.rid[0] != '\0')
-		h1s_add_header(q->req, "x-request-id", q->gw.rid);
-	if (q->gw.id.session_id != NULL)
-		h1s_add_header(q->req, "x-multi-turn-session-id",
-		    q->gw.id.session_id);
+	if (q->gw.rid[0] != '\0' &&
+	    h1s_add_header(q->req, "x-request-id", q->gw.rid) != 0)
+		q->oom = true;
+	if (q->gw.id.session_id != NULL &&
+	    h1s_add_header(q->req, "x-multi-turn-session-id",
+	    q->gw.id.session_id) != 0)
+		q->oom = true;
 }
 
 int
@@ -634,8 +636,8 @@ unhold(preq *q)
 {
 	gwreq *g = &q->gw;
 
-	if (!g->held || q->req == NULL)
-		return;
+	if (!g->held || q->req == NULL || q->oom)
+		return;		/* out of memory: still held, cut as a 502 */
 	g->held = false;
 	h1s_reply_start(q->req, g->hstatus, g->hreason, (int64_t)q->ob.len);
 }
@@ -667,11 +669,11 @@ emit_swapped(preq *q, const char *s, size_t n, size_t voff, size_t vlen)
 	gwreq *g = &q->gw;
 
 	if (vlen == g->routedlen && memcmp(s + voff, g->routed, vlen) == 0) {
-		pbuf_add(&q->ob, s, voff);
-		pbuf_add(&q->ob, g->pub, g->publen);
-		pbuf_add(&q->ob, s + voff + vlen, n - voff - vlen);
+		(void)forward_chunk_add(q, s, voff);
+		(void)forward_chunk_add(q, g->pub, g->publen);
+		(void)forward_chunk_add(q, s + voff + vlen, n - voff - vlen);
 	} else
-		pbuf_add(&q->ob, s, n);
+		(void)forward_chunk_add(q, s, n);
 }
 
 static void
@@ -682,8 +684,8 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	int r;
 
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		pbuf_add(&q->ob, g->rb, g->rblen);
-		pbuf_add(&q->ob, ptr, len);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
+		(void)forward_chunk_add(q, ptr, len);
 		g->rblen = 0;
 		g->rw_done = true;
 		unhold(q);
@@ -698,7 +700,7 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	if (r == GJ_FOUND)
 		emit_swapped(q, g->rb, g->rblen, voff, vlen);
 	else
-		pbuf_add(&q->ob, g->rb, g->rblen);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
 	g->rblen = 0;
 	g->rw_done = true;
 	unhold(q);
@@ -711,7 +713,7 @@ sse_line(preq *q, const char *s, size_t n)
 	size_t j = 5, e = n, voff, vlen;
 
 	if (n < 5 || memcmp(s, "data:", 5) != 0) {
-		pbuf_add(&q->ob, s, n);
+		(void)forward_chunk_add(q, s, n);
 		return;
 	}
 	while (e > j && (s[e - 1] == '\n' || s[e - 1] == '\r'))
@@ -721,7 +723,7 @@ sse_line(preq *q, const char *s, size_t n)
 	if (gj_find_model(s + j, e - j, &voff, &vlen) == GJ_FOUND)
 		emit_swapped(q, s, n, j + voff, vlen);
 	else
-		pbuf_add(&q->ob, s, n);
+		(void)forward_chunk_add(q, s, n);
 }
 
 static void
@@ -733,17 +735,17 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 
 	if (g->rw_midline) {
 		if ((nl = memchr(ptr, '\n', len)) == NULL) {
-			pbuf_add(&q->ob, ptr, len);
+			(void)forward_chunk_add(q, ptr, len);
 			return;
 		}
-		pbuf_add(&q->ob, ptr, (size_t)(nl - ptr) + 1);
+		(void)forward_chunk_add(q, ptr, (size_t)(nl - ptr) + 1);
 		len -= (size_t)(nl - ptr) + 1;
 		ptr = nl + 1;
 		g->rw_midline = false;
 	}
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		pbuf_add(&q->ob, g->rb, g->rblen);
-		pbuf_add(&q->ob, ptr, len);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
+		(void)forward_chunk_add(q, ptr, len);
 		g->rblen = 0;
 		g->rw_midline = true;
 		return;
@@ -760,7 +762,7 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 		g->rblen -= start;
 	}
 	if (flush || g->rblen > RW_LINE_MAX) {
-		pbuf_add(&q->ob, g->rb, g->rblen);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
 		g->rw_midline = !flush && g->rblen > 0;
 		g->rblen = 0;
 	}
@@ -776,8 +778,8 @@ gateway_emit(preq *q, const char *ptr, size_t len, bool flush)
 	else if (g->rw == RW_SSE)
 		sse_step(q, ptr, len, flush);
 	else if (len > 0)
-		pbuf_add(&q->ob, ptr, len);
-	if (q->ob.len > 0) {
+		(void)forward_chunk_add(q, ptr, len);
+	if (q->ob.len > 0 && !q->oom) {
 		forward_send(q, q->ob.b, q->ob.len);
 		q->ob.len = 0;
 	}
@@ -944,6 +946,8 @@ gateway_response_passes(preq *q, const char *name, size_t nl)
 	    strncasecmp(name, "date", 4) == 0);
 }
 
+static void g_over(preq *q, bool ok, const char *error);
+
 static int
 g_headers(void *arg, const h1_resp *r)
 {
@@ -953,11 +957,16 @@ g_headers(void *arg, const h1_resp *r)
 		return H1_ABORT;
 	gateway_note_headers(q, r);
 	forward_copy_response(q, r, gateway_response_passes);
+	if (q->oom) {
+		/* out of memory: nothing sent yet, the client gets a 502 */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		g_over(q, false, "out of memory");
+		return H1_ABORT;
+	}
 	g_start_reply(q);
 	return H1_CONTINUE;
 }
-
-static void g_over(preq *q, bool ok, const char *error);
 
 static void
 g_data(void *arg, const char *ptr, size_t len)
@@ -972,6 +981,12 @@ g_data(void *arg, const char *ptr, size_t len)
 		return;
 	}
 	gateway_emit(q, ptr, len, false);
+	if (q->oom) {
+		/* out of memory: a body with a hole must not look whole */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		g_over(q, false, "out of memory");
+	}
 }
 
 static void
@@ -997,7 +1012,7 @@ g_over(preq *q, bool ok, const char *error)
 	if (ok && q->req != NULL)
 		gateway_emit(q, NULL, 0, true);
 	forward_cancel(q);
-	if (!ok)
+	if (!ok || q->oom)
 		forward_abort_client(q);
 	else if (q->req != NULL) {
 		worker_track_reply(q->req);

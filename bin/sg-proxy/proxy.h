@@ -242,6 +242,8 @@ typedef struct gwreq {
 } gwreq;
 
 struct preq {
+	bool			 oom;		/* a reply header or body byte
+						 * could not be queued */
 	proxy			*p;
 	h1s_req			*req;		/* NULL once answered or gone */
 	cgen			*gen;
@@ -402,6 +404,8 @@ struct proxy {
 	preq			*live;
 	preq			*free_reqs;
 	size_t			 inflight;
+	sg_series		*inflight_s;	/* its gauge (series are never
+						 * removed: looked up once) */
 	size_t			 flushing;	/* final replies being written */
 	uint64_t		 served;
 };
@@ -503,6 +507,9 @@ int	forward_client_headers(preq *q, hdr_pass_fn pass);
 /* Send bytes to the client; pause the upstream transfer while more than
  * PROXY_HWM are unsent (resumed from h1s_on_drain). */
 void	forward_send(preq *q, const char *p, size_t n);
+/* Stage body bytes in q->ob (gateway rewrite); a failure sets q->oom (the
+ * reply is then cut, never sent with a hole).  0 or -1. */
+int	forward_chunk_add(preq *q, const void *p, size_t n);
 /* Copy an upstream response's fields that pass to the client reply
  * (q->req); pass NULL: every field that is not forbidden. */
 void	forward_copy_response(preq *q, const h1_resp *r,
