@@ -217,12 +217,15 @@ get_metrics(proxy *p, h1s_req *req)
 		stats_update_gauges(p);
 	gateway_update_gauges(p);
 	b->len = 0;
-	if (sg_metrics_expose(p->reg, expose_sink, b) != 0) {
+	/* without its Content-Type it would not be the exposition format */
+	if (sg_metrics_expose(p->reg, expose_sink, b) != 0 ||
+	    h1s_add_header(req, "Content-Type",
+	    "text/plain; version=0.0.4; charset=utf-8") != 0) {
 		http_send_error(req, 500, "internal_error", "out of memory");
 		return;
 	}
-	send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b->b,
-	    b->len);
+	worker_track_reply(req);
+	h1s_reply(req, 200, http_reason(200), b->b, b->len);
 }
 
 static json_t *
