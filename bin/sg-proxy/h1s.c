@@ -103,6 +103,7 @@ enum rphase { R_NONE = 0, R_STREAM, R_ENDED, R_DONE };
 #define PEND_COMPLETE	0x01
 #define PEND_CLOSE	0x02
 #define PEND_DRAIN	0x04
+#define PEND_FLUSH	0x08		/* a streamed head waits for data */
 
 typedef struct h1s_conn h1s_conn;
 typedef void (*req_cb)(h1s_req *, void *);
@@ -134,7 +135,8 @@ struct h1s_conn {
 	bool		 rd_on;			/* ev_rd added */
 	bool		 wwait;			/* ev_wr added: socket full */
 	struct event	*ev_rd;			/* persistent EV_READ */
-	struct event	*ev_wr;			/* EV_WRITE, deferred work */
+	struct event	*ev_wr;			/* EV_WRITE when blocked */
+	struct event	*ev_df;			/* deferred work (activated) */
 	struct event	*ev_tm;			/* the connection's timer */
 	/* input: rbuf[0..rlen); parsed up to ppos, line search from scan */
 	char		*rbuf;
@@ -192,6 +194,7 @@ struct h1s_server {
 static void	conn_on_read(evutil_socket_t, short, void *);
 static void	conn_on_write(evutil_socket_t, short, void *);
 static void	conn_on_timer(evutil_socket_t, short, void *);
+static void	conn_on_defer(evutil_socket_t, short, void *);
 static void	conn_close(h1s_conn *c);
 static void	conn_gone(h1s_conn *c);
 static bool	conn_parse(h1s_conn *c);
@@ -447,12 +450,16 @@ accept_update(h1s_server *s)
 	s->accepting = want;
 }
 
-/* Run the deferred work f from the loop. */
+/*
+ * Run the deferred work f from the loop.  Its own event, never added:
+ * event_add on an event that is active does not register it, so the
+ * write event is not used for this.
+ */
 static void
 defer(h1s_conn *c, unsigned f)
 {
 	c->pend |= f;
-	event_active(c->ev_wr, EV_WRITE, 1);
+	event_active(c->ev_df, EV_TIMEOUT, 1);
 }
 
 static void
@@ -584,6 +591,8 @@ conn_destroy(h1s_conn *c)
 		event_free(c->ev_wr);
 	if (c->ev_tm != NULL)
 		event_free(c->ev_tm);
+	if (c->ev_df != NULL)
+		event_free(c->ev_df);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->rbuf);
@@ -646,7 +655,7 @@ conn_try_recycle(h1s_conn *c)
 	if (c->state != S_DEAD || c->busy > 0 || c->held)
 		return;
 	list_unlink(&s->zombies, c);
-	event_del(c->ev_wr);		/* a queued activation, if any */
+	event_del(c->ev_df);		/* a queued activation, if any */
 	c->pend = 0;
 	if (c->rcap > RBUF_INIT) {
 		free(c->rbuf);
@@ -684,8 +693,6 @@ conn_close(h1s_conn *c)
 	list_unlink(&s->live, c);
 	list_push(&s->zombies, c);
 	accept_update(s);
-	if (c->pend != 0)
-		event_active(c->ev_wr, EV_WRITE, 1);
 	conn_try_recycle(c);
 }
 
@@ -707,6 +714,8 @@ conn_start(h1s_server *s, int fd, const struct sockaddr *sa, socklen_t len)
 		    (c->ev_wr = event_new(s->base, -1, 0, conn_on_write, c)) ==
 		    NULL ||
 		    (c->ev_tm = evtimer_new(s->base, conn_on_timer, c)) ==
+		    NULL ||
+		    (c->ev_df = event_new(s->base, -1, 0, conn_on_defer, c)) ==
 		    NULL) {
 			conn_destroy(c);
 			return NULL;
@@ -2091,7 +2100,7 @@ run_pending(h1s_conn *c)
 				cb(r, r->drain_arg);
 			}
 		} else
-			c->pend = 0;
+			break;		/* PEND_FLUSH: its own activation */
 	}
 }
 
@@ -2105,6 +2114,23 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
 	c->busy++;
 	if (c->wwait && c->fd >= 0)
 		out_flush(c);
+	run_pending(c);
+	conn_unbusy(c);
+}
+
+static void
+conn_on_defer(evutil_socket_t fd, short what, void *arg)
+{
+	h1s_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	c->busy++;
+	if (c->pend & PEND_FLUSH) {
+		c->pend &= ~PEND_FLUSH;
+		if (c->fd >= 0 && !c->wwait && out_write(c, NULL, 0))
+			resp_check(c);
+	}
 	run_pending(c);
 	conn_unbusy(c);
 }
@@ -2376,7 +2402,9 @@ h1s_reply_start(h1s_req *r, int status, const char *reason,
 		conn_gone(c);
 		return;
 	}
-	(void)out_write(c, NULL, 0);
+	/* the head goes out with the first data, or from the loop when none
+	 * comes first: one sendmsg for head and body */
+	defer(c, PEND_FLUSH);
 }
 
 size_t
@@ -2433,7 +2461,8 @@ h1s_reply_end(h1s_req *r)
 	if (c->oclen >= 0 && c->obody < (uint64_t)c->oclen && !c->nobody)
 		c->close_after = true;		/* short: the close tells */
 	c->phase = R_ENDED;
-	if (c->ochunked && !c->nobody && !out_write(c, &v, 1))
+	/* the last chunk, with a head still queued: one write */
+	if (!out_write(c, &v, c->ochunked && !c->nobody ? 1 : 0))
 		return;
 	resp_check(c);
 }

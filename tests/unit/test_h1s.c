@@ -1008,6 +1008,77 @@ test_stream_chunked_framing_byte_exact(void **state)
 	assert_false(t->eof);
 }
 
+/* The loop alone, the client reading nothing. */
+static void
+spin(t_ctx *t, int ms)
+{
+	double end = now_ms() + ms;
+	struct timeval tv = { 0, 2000 };
+
+	while (now_ms() < end) {
+		event_base_loopexit(t->base, &tv);
+		event_base_dispatch(t->base);
+	}
+}
+
+static void
+test_stream_head_and_first_chunk_in_one_write(void **state)
+{
+	t_ctx *t = *state;
+	char rec[4096];
+	ssize_t n;
+	int sv[2];
+
+	/* a SEQPACKET pair keeps each sendmsg a record of its own */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	assert_int_equal(h1s_server_adopt(t->s, sv[0]), 0);
+	close(t->cfd);
+	t->cfd = sv[1];
+	t->mode = M_STREAM;
+	assert_int_equal(send(t->cfd, "GET / HTTP/1.1\r\n\r\n", 18, 0), 18);
+	spin(t, 30);
+	assert_int_equal(t->completes, 1);
+	n = recv(t->cfd, rec, sizeof(rec) - 1, MSG_DONTWAIT);
+	assert_true(n > 0);
+	rec[n] = '\0';
+	assert_true(strncmp(rec, "HTTP/1.1 200 OK\r\n", 17) == 0);
+	assert_non_null(strstr(rec, "\r\n\r\n2\r\nab\r\n"));
+}
+
+static void
+test_stream_head_alone_goes_out_from_the_loop(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "GET / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_reply_start(t->held, 200, NULL, -1);
+	assert_true(RUN_UNTIL(t, strstr(t->in, "\r\n\r\n") != NULL, 2000));
+	assert_non_null(strstr(t->in, "Transfer-Encoding: chunked\r\n"));
+	h1s_reply_end(t->held);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "\r\n\r\n0\r\n\r\n"));
+}
+
+static void
+test_empty_stream_ends_in_one_write(void **state)
+{
+	t_ctx *t = *state;
+
+	t->mode = M_HOLD;
+	csend(t, "HEAD / HTTP/1.1\r\n\r\n");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	h1s_reply_start(t->held, 200, NULL, -1);
+	h1s_reply_chunk(t->held, "not sent", 8);
+	h1s_reply_end(t->held);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	assert_non_null(strstr(t->in, "Transfer-Encoding: chunked\r\n"));
+	assert_null(strstr(t->in, "not sent"));
+	assert_null(strstr(t->in, "0\r\n\r\n"));	/* HEAD: no body */
+	assert_false(t->eof);
+}
+
 static void
 test_stream_http10_close_delimited(void **state)
 {
@@ -1479,6 +1550,9 @@ main(void)
 		T(test_abort_writes_queued_bytes_before_closing),
 		T(test_body_unchanged_while_pipelined_bytes_arrive),
 		T(test_stream_chunked_framing_byte_exact),
+		T(test_stream_head_and_first_chunk_in_one_write),
+		T(test_stream_head_alone_goes_out_from_the_loop),
+		T(test_empty_stream_ends_in_one_write),
 		T(test_stream_http10_close_delimited),
 		T(test_stream_content_length_identity),
 		T(test_stream_short_content_length_closes),
