@@ -302,8 +302,6 @@ route_attach(preq *q)
 	    q->has_parent ? &q->parent : NULL);
 	otlp_span_str(&q->span, "request.endpoint", q->endpoint);
 	p->inflight++;
-	if (p->inflight_s == NULL)
-		p->inflight_s = sg_metric_series(p->m.inflight, NULL);
 	sg_series_add(p->inflight_s, 1);
 }
 

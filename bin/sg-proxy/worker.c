@@ -254,6 +254,8 @@ worker_run(proxy *p)
 	int rc = EX_OSERR;
 
 	proxy_self = p;
+	/* the families are declared before fork; series are never removed */
+	p->inflight_s = sg_metric_series(p->m.inflight, NULL);
 	if ((cfg = event_config_new()) == NULL)
 		goto out;
 	event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
