@@ -11,9 +11,11 @@
  * write would block), no allocation (connections and their buffers come
  * from a free list and keep their buffers across requests), and no
  * callback from inside an h1s_* call (on_complete, on_close and on_drain
- * are deferred by activating the connection's write event, which runs in
- * the same loop iteration).  libevent keeps one epoll registration per
- * descriptor for the read and write events.
+ * are deferred by activating an event of the connection's that is never
+ * added, which runs in the same loop iteration).  libevent keeps one epoll
+ * registration per descriptor for the read and write events.  A streamed
+ * head waits for the first data (one sendmsg for both), or goes out from
+ * that deferred event when none comes first.
  *
  * A connection is in one state:
  *   S_IDLE    no byte of a request yet (fresh: the header timeout bounds
