@@ -141,7 +141,8 @@ PYEOF
 	[ "$(seen_n A)" = 10 ]
 }
 
-# latency.py PORT N_SLOW ROUNDS: the p99 of an ordinary client (routed
+# latency.py PORT N_SLOW N: the p99 (median of 3 rounds of N requests)
+# of an ordinary client (routed
 # requests on one keep-alive connection) without slow connections, then
 # with N_SLOW connections that each sent part of a head and add a byte
 # every second (spread over the second); prints "base_p99_us P
@@ -194,7 +195,19 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 for _ in range(50):
     one()
-base = [one() for _ in range(n)]
+def rounds(load):
+    # the median of three rounds' p99: a burst of other work on the
+    # machine spoils one round, not the figure
+    ps = []
+    for _ in range(3):
+        xs = []
+        for _ in range(n):
+            if load:
+                tick()
+            xs.append(one())
+        ps.append(p99(xs))
+    return sorted(ps)[1]
+base = rounds(False)
 tslow = time.monotonic()
 for _ in range(nslow):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -202,10 +215,7 @@ for _ in range(nslow):
     s.setblocking(False)
     slow.append(s)
 tslow = time.monotonic()
-loaded = []
-for _ in range(n):
-    tick()
-    loaded.append(one())
+loaded = rounds(True)
 held = time.monotonic() - tslow
 opn = set(slow)
 last = 0.0
@@ -220,7 +230,7 @@ while opn and time.monotonic() - tslow < 20:
             opn.discard(s)
             last = time.monotonic() - tslow
 print("base_p99_us %d loaded_p99_us %d cut %d of %d max_ms %d held_ms %d" %
-      (p99(base) * 1e6, p99(loaded) * 1e6, nslow - len(opn), nslow,
+      (base * 1e6, loaded * 1e6, nslow - len(opn), nslow,
        last * 1000, held * 1000))
 PYEOF
 }
@@ -231,7 +241,7 @@ PYEOF
 	start_engine A -c 8 -t 1 --decode-tps 1000
 	clusters A
 	start_proxy --header-timeout-ms 6000 --body-timeout-ms 1000
-	latency "$PROXY_PORT" 500 400 >"$T/lat.out"
+	latency "$PROXY_PORT" 500 300 >"$T/lat.out"
 	cat "$T/lat.out"
 	read -r _ b _ l _ cut _ n _ max _ held <"$T/lat.out"
 	# the loaded rounds ran while all 500 were held open
