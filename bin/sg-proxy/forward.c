@@ -196,6 +196,7 @@ preq_get(proxy *p)
 	q->hx = NULL;
 	q->hdrs = NULL;
 	q->ustatus = 0;
+	q->oom = false;
 	q->close_after = false;
 	q->attached = false;
 	q->prev = NULL;
@@ -298,16 +299,32 @@ forward_cancel(preq *q)
 	evtimer_del(q->timer);
 }
 
-/* Close the client connection (a reply cut short must not look whole). */
+/*
+ * Close the client connection (a reply cut short must not look whole).
+ * What is already queued for the client goes out first, in one
+ * non-blocking write (a client that is not reading loses the rest): the
+ * head and the events the engine did send are the client's, only the end
+ * of the chunked body is missing.
+ */
 void
 forward_abort_client(preq *q)
 {
 	struct evhttp_connection *c = q->conn;
+	struct bufferevent *bev;
+	struct evbuffer *out;
+	evutil_socket_t fd;
 
 	if (c != NULL) {
 		evhttp_connection_set_closecb(c, NULL, NULL);
 		q->conn = NULL;
 		q->req = NULL;
+		if ((bev = evhttp_connection_get_bufferevent(c)) != NULL &&
+		    (fd = bufferevent_getfd(bev)) >= 0) {
+			out = bufferevent_get_output(bev);
+			/* the socket bufferevent keeps its start frozen */
+			evbuffer_unfreeze(out, 1);
+			(void)evbuffer_write(out, fd);
+		}
 		evhttp_connection_free(c);
 	}
 }
@@ -439,10 +456,13 @@ start_reply(preq *q)
 
 	if (q->gw.on)
 		status = gateway_reply_start(q, q->ustatus, q->cur->cs->id);
-	else
-		evhttp_add_header(out, "x-stargate-cluster-id", q->cur->cs->id);
-	if (q->close_after)
-		evhttp_add_header(out, "Connection", "close");
+	else if (evhttp_add_header(out, "x-stargate-cluster-id",
+	    q->cur->cs->id) != 0)
+		q->oom = true;
+	if (q->close_after && evhttp_add_header(out, "Connection", "close") != 0)
+		q->oom = true;
+	if (q->oom)
+		return;		/* not started: the caller answers 502 */
 	q->phase = PQ_STREAMING;
 	snprintf(res, sizeof(res), "upstream_%d", q->ustatus);
 	metrics_attempt(q, q->cur->cs->id, res);
@@ -655,6 +675,36 @@ attempt_failed(preq *q, bool again, const char *error)
 	route_fail(q, 502, "upstream_error", "upstream request failed");
 }
 
+/*
+ * The answer broke off after its head (transport error, malformed framing
+ * or idle timeout), counted as attempt result proxy_<status>.  A reply the
+ * client has not seen a byte of (the all role holds a unary JSON reply to
+ * rewrite it whole) is still answered status/code; else what came goes
+ * out and the client connection is closed without the final chunk.
+ */
+static void
+reply_cut(preq *q, int status, const char *code, const char *msg)
+{
+	int ustatus = q->ustatus;
+	char res[16];
+
+	snprintf(res, sizeof(res), "proxy_%d", status);
+	metrics_attempt(q, q->cur->cs->id, res);
+	if (q->gw.on && q->gw.held) {
+		q->gw.held = false;
+		forward_cancel(q);
+		reset_output_headers(q);
+		route_fail(q, status, code, msg);
+		return;
+	}
+	if (q->gw.on && q->req != NULL && q->conn != NULL)
+		gateway_emit(q, NULL, 0, true);
+	forward_cancel(q);
+	forward_abort_client(q);
+	metrics_request(q, q->cur->cs->id, ustatus);
+	preq_finish(q, ustatus);
+}
+
 /* The attempt's transfer ended (ok: a complete response); retryable: a
  * transport error before any response byte. */
 static void
@@ -680,14 +730,16 @@ attempt_over(preq *q, bool ok, bool retryable, const char *error)
 	}
 	if (!ok) {
 		log_attempt_error(q, "upstream reply cut short", error);
-		forward_cancel(q);
-		forward_abort_client(q);
-		metrics_request(q, q->cur->cs->id, status);
-		preq_finish(q, status);
+		reply_cut(q, 502, "upstream_error", "upstream request failed");
 		return;
 	}
 	if (q->gw.on && q->req != NULL)
 		gateway_emit(q, NULL, 0, true);
+	if (q->oom) {
+		log_attempt_error(q, "reply not queued", "out of memory");
+		reply_cut(q, 502, "upstream_error", "upstream request failed");
+		return;
+	}
 	forward_cancel(q);
 	if (q->req != NULL) {
 		worker_track_reply(q->req);
@@ -837,9 +889,19 @@ n_headers(void *arg, const h1_resp *r)
 		buf[nl] = '\0';
 		memcpy(buf + nl + 1, h->value, vl);
 		buf[nl + 1 + vl] = '\0';
-		evhttp_add_header(out, buf, buf + nl + 1);
+		if (evhttp_add_header(out, buf, buf + nl + 1) != 0)
+			q->oom = true;
 	}
-	headers_done(q);
+	if (!q->oom)
+		headers_done(q);
+	if (q->oom) {
+		/* out of memory: a reply without its headers is not the
+		 * engine's; nothing was sent, so the client gets a 502 */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		attempt_over(q, false, false, "out of memory");
+		return H1_ABORT;
+	}
 	return q->discard ? H1_DISCARD : H1_CONTINUE;
 }
 
@@ -855,12 +917,26 @@ n_data(void *arg, const char *ptr, size_t len)
 		attempt_over(q, false, false, "client gone");
 		return;
 	}
-	if (q->gw.on) {
+	if (q->gw.on)
 		gateway_emit(q, ptr, len, false);
-		return;
+	else if (forward_chunk_add(q, ptr, len) == 0)
+		forward_send_chunk(q);
+	if (q->oom) {
+		/* out of memory: a body with a hole must not look whole */
+		h1_cancel(q->hx);
+		q->hx = NULL;
+		attempt_over(q, false, false, "out of memory");
 	}
-	evbuffer_add(q->chunk, ptr, len);
-	forward_send_chunk(q);
+}
+
+int
+forward_chunk_add(preq *q, const void *p, size_t n)
+{
+	if (n > 0 && evbuffer_add(q->chunk, p, n) != 0) {
+		q->oom = true;
+		return -1;
+	}
+	return 0;
 }
 
 void
@@ -941,17 +1017,12 @@ forward_idle_check(preq *q)
 	sg_log_str(&r, "request_id", q->sr.request_id);
 	sg_log_str(&r, "cluster_id", q->cur->cs->id);
 	sg_log_end(&r);
-	metrics_attempt(q, q->cur->cs->id, "proxy_504");
 	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "idle timeout");
 	if (q->phase == PQ_STREAMING) {
-		int status = q->ustatus;
-
-		forward_cancel(q);
-		forward_abort_client(q);
-		metrics_request(q, q->cur->cs->id, status);
-		preq_finish(q, status);
+		reply_cut(q, 504, "upstream_timeout", "upstream timed out");
 		return;
 	}
+	metrics_attempt(q, q->cur->cs->id, "proxy_504");
 	forward_cancel(q);
 	reset_output_headers(q);
 	route_fail(q, 504, "upstream_timeout", "upstream timed out");
