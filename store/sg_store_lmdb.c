@@ -187,7 +187,7 @@ struct lstore {
 	pthread_cond_t	 work_cv;
 	pthread_cond_t	 done_cv;
 	struct op	*q, *w;
-	size_t		 qlen, qcap, wcap;
+	size_t		 qhead, qlen, qcap, wcap;	/* q[qhead..qlen) */
 	uint64_t	 enq, done, committed, failed, commits;
 	int		 flush_rc;
 	sg_error	 flush_err;
@@ -1245,8 +1245,10 @@ entry_evict_oldest(struct lstore *s, MDB_txn *txn, MDB_cursor *cur,
 
 /*
  * Write op's entry through the batch's cursors (cm on the main database,
- * ct on the time index): one descent finds the old entry and overwrites it
- * in place (MDB_CURRENT); the new index key, the newest write, normally
+ * ct on the time index): one descent, a put that refuses to overwrite
+ * (MDB_NOOVERWRITE), inserts a new key, or finds the old entry and leaves
+ * the cursor on it, which is then overwritten in place (MDB_CURRENT) once
+ * its old index key is gone; the new index key, the newest write, normally
  * sorts last and is appended without a search (MDB_APPEND; a key that does
  * not sort last, a clock step back or a restored write time, takes the
  * ordinary put).
@@ -1257,13 +1259,15 @@ entry_put(MDB_cursor *cm, MDB_cursor *ct, const struct op *op, uint64_t seq,
 {
 	MDB_val k = { SGI_DIGEST_LEN, (void *)(uintptr_t)op->digest }, v, ik, d;
 	unsigned char vbuf[VAL_HDR + SG_ID_MAX], ibuf[IDX_LEN];
-	unsigned flags = 0;
 	int rc;
 
 	memcpy(vbuf, &op->t, 8);
 	memcpy(vbuf + 8, &seq, 8);
 	memcpy(vbuf + VAL_HDR, op->id, op->id_len);
-	if ((rc = mdb_cursor_get(cm, &k, &v, MDB_SET_KEY)) == 0) {
+	v.mv_size = VAL_HDR + op->id_len;
+	v.mv_data = vbuf;
+	rc = mdb_cursor_put(cm, &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {
 		uint64_t ot = 0, oseq = 0;
 
 		if (v.mv_size >= VAL_HDR) {
@@ -1279,14 +1283,12 @@ entry_put(MDB_cursor *cm, MDB_cursor *ct, const struct op *op, uint64_t seq,
 			rc = mdb_cursor_del(ct, 0);
 		if (rc != 0 && rc != MDB_NOTFOUND)
 			return rc;
-		flags = MDB_CURRENT;
-	} else if (rc == MDB_NOTFOUND)
+		v.mv_size = VAL_HDR + op->id_len;
+		v.mv_data = vbuf;
+		rc = mdb_cursor_put(cm, &k, &v, MDB_CURRENT);
+	} else if (rc == 0)
 		(*count)++;
-	else
-		return rc;
-	v.mv_size = VAL_HDR + op->id_len;
-	v.mv_data = vbuf;
-	if ((rc = mdb_cursor_put(cm, &k, &v, flags)) != 0)
+	if (rc != 0)
 		return rc;
 	be64_put(ibuf, op->t);
 	be64_put(ibuf + 8, seq);
@@ -1416,19 +1418,57 @@ pad_fn(struct lstore *s, MDB_txn *txn, void *arg)
 
 /* --- the store thread ---------------------------------------------------- */
 
-static void
-process(struct lstore *s, const struct op *ops, size_t n)
+/*
+ * Before a partial batch commits, top it up with what was queued since the
+ * store thread took its work (in order, from the front of the queue, as
+ * much as the work buffer holds): a batch is cut short only when nothing
+ * waits, never made to wait.  The n ops left at s->w + *off move to the
+ * front of s->w.  True if ops were added.
+ */
+static bool
+topup(struct lstore *s, size_t *off, size_t *n)
 {
-	size_t off, chunk;
+	size_t k, avail;
 
-	for (off = 0; off < n; off += chunk) {
+	pthread_mutex_lock(&s->mu);
+	avail = s->qlen - s->qhead;
+	if (avail == 0 || *n >= s->o.batch_max || *n >= s->wcap) {
+		pthread_mutex_unlock(&s->mu);
+		return false;
+	}
+	if (*off > 0)
+		memmove(s->w, s->w + *off, *n * sizeof(*s->w));
+	*off = 0;
+	k = s->o.batch_max - *n;
+	if (k > s->wcap - *n)
+		k = s->wcap - *n;
+	if (k > avail)
+		k = avail;
+	memcpy(s->w + *n, s->q + s->qhead, k * sizeof(*s->w));
+	s->qhead += k;
+	if (s->qhead == s->qlen)
+		s->qhead = s->qlen = 0;
+	*n += k;
+	pthread_mutex_unlock(&s->mu);
+	return true;
+}
+
+/* Commit the n ops at s->w + off in batches of at most batch_max. */
+static void
+process(struct lstore *s, size_t off, size_t n)
+{
+	size_t chunk;
+
+	while (n > 0) {
 		struct batch b;
 		sg_store_commit ci;
 		sg_error e;
 		int rc;
 
-		chunk = n - off < s->o.batch_max ? n - off : s->o.batch_max;
-		b.ops = ops + off;
+		if (n < s->o.batch_max)
+			(void)topup(s, &off, &n);
+		chunk = n < s->o.batch_max ? n : s->o.batch_max;
+		b.ops = s->w + off;
 		b.n = chunk;
 		b.now = sgi_store_now(&s->o);
 		sg_error_clear(&e);
@@ -1457,6 +1497,8 @@ process(struct lstore *s, const struct op *ops, size_t n)
 		}
 		pthread_cond_broadcast(&s->done_cv);
 		pthread_mutex_unlock(&s->mu);
+		off += chunk;
+		n -= chunk;
 	}
 }
 
@@ -1514,9 +1556,9 @@ store_main(void *arg)
 		struct op *tmp;
 		struct job *job;
 		unsigned maint;
-		size_t n, cap;
+		size_t n, off, cap;
 
-		while (s->qlen == 0 && s->job == NULL && !s->stop &&
+		while (s->qlen == s->qhead && s->job == NULL && !s->stop &&
 		    atomic_load(&s->maint) == 0) {
 			uint64_t now = mono_ms(), due;
 			struct timespec ts;
@@ -1543,16 +1585,17 @@ store_main(void *arg)
 			if (rc == ETIMEDOUT)
 				break;
 		}
-		if (s->stop && s->qlen == 0 && s->job == NULL)
+		if (s->stop && s->qlen == s->qhead && s->job == NULL)
 			break;
-		n = s->qlen;
+		n = s->qlen - s->qhead;
+		off = s->qhead;
 		tmp = s->q;
 		cap = s->qcap;
 		s->q = s->w;
 		s->qcap = s->wcap;
 		s->w = tmp;
 		s->wcap = cap;
-		s->qlen = 0;
+		s->qlen = s->qhead = 0;
 		job = s->job;
 		pthread_mutex_unlock(&s->mu);
 
@@ -1562,7 +1605,7 @@ store_main(void *arg)
 		if (maint & MAINT_ADOPT)
 			env_adopt(s);
 		if (n > 0)
-			process(s, s->w, n);
+			process(s, off, n);
 		if (job != NULL) {
 			job->rc = do_compact(s, job->r, &job->err);
 			pthread_mutex_lock(&s->mu);
@@ -1596,6 +1639,12 @@ enqueue(struct lstore *s, const struct op *op, bool trylock, uint64_t *seq,
 	if (s->stop) {
 		rc = sg_seterr(err, EPIPE, "store is closing");
 		goto out;
+	}
+	if (s->qlen == s->qcap && s->qhead > 0) {	/* reuse the taken front */
+		memmove(s->q, s->q + s->qhead, (s->qlen - s->qhead) *
+		    sizeof(*s->q));
+		s->qlen -= s->qhead;
+		s->qhead = 0;
 	}
 	if (s->qlen == s->qcap) {
 		size_t ncap = s->qcap == 0 ? 256 : s->qcap * 2;
