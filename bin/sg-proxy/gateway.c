@@ -583,11 +583,13 @@ gateway_reply_headers(preq *q)
 		return;
 	/* the upstream's own are never copied (gateway_response_passes) */
 	out = evhttp_request_get_output_headers(q->req);
-	if (q->gw.rid[0] != '\0')
-		evhttp_add_header(out, "x-request-id", q->gw.rid);
-	if (q->gw.id.session_id != NULL)
-		evhttp_add_header(out, "x-multi-turn-session-id",
-		    q->gw.id.session_id);
+	if (q->gw.rid[0] != '\0' &&
+	    evhttp_add_header(out, "x-request-id", q->gw.rid) != 0)
+		q->oom = true;
+	if (q->gw.id.session_id != NULL &&
+	    evhttp_add_header(out, "x-multi-turn-session-id",
+	    q->gw.id.session_id) != 0)
+		q->oom = true;
 }
 
 int
@@ -640,8 +642,8 @@ unhold(preq *q)
 	gwreq *g = &q->gw;
 	char num[24];
 
-	if (!g->held || q->req == NULL)
-		return;
+	if (!g->held || q->req == NULL || q->oom)
+		return;		/* out of memory: still held, cut as a 502 */
 	g->held = false;
 	snprintf(num, sizeof(num), "%zu", evbuffer_get_length(q->chunk));
 	evhttp_add_header(evhttp_request_get_output_headers(q->req),
@@ -676,11 +678,11 @@ emit_swapped(preq *q, const char *s, size_t n, size_t voff, size_t vlen)
 	gwreq *g = &q->gw;
 
 	if (vlen == g->routedlen && memcmp(s + voff, g->routed, vlen) == 0) {
-		evbuffer_add(q->chunk, s, voff);
-		evbuffer_add(q->chunk, g->pub, g->publen);
-		evbuffer_add(q->chunk, s + voff + vlen, n - voff - vlen);
+		(void)forward_chunk_add(q, s, voff);
+		(void)forward_chunk_add(q, g->pub, g->publen);
+		(void)forward_chunk_add(q, s + voff + vlen, n - voff - vlen);
 	} else
-		evbuffer_add(q->chunk, s, n);
+		(void)forward_chunk_add(q, s, n);
 }
 
 static void
@@ -691,8 +693,8 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	int r;
 
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
-		evbuffer_add(q->chunk, ptr, len);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
+		(void)forward_chunk_add(q, ptr, len);
 		g->rblen = 0;
 		g->rw_done = true;
 		unhold(q);
@@ -707,7 +709,7 @@ json_step(preq *q, const char *ptr, size_t len, bool flush)
 	if (r == GJ_FOUND)
 		emit_swapped(q, g->rb, g->rblen, voff, vlen);
 	else
-		evbuffer_add(q->chunk, g->rb, g->rblen);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
 	g->rblen = 0;
 	g->rw_done = true;
 	unhold(q);
@@ -720,7 +722,7 @@ sse_line(preq *q, const char *s, size_t n)
 	size_t j = 5, e = n, voff, vlen;
 
 	if (n < 5 || memcmp(s, "data:", 5) != 0) {
-		evbuffer_add(q->chunk, s, n);
+		(void)forward_chunk_add(q, s, n);
 		return;
 	}
 	while (e > j && (s[e - 1] == '\n' || s[e - 1] == '\r'))
@@ -730,7 +732,7 @@ sse_line(preq *q, const char *s, size_t n)
 	if (gj_find_model(s + j, e - j, &voff, &vlen) == GJ_FOUND)
 		emit_swapped(q, s, n, j + voff, vlen);
 	else
-		evbuffer_add(q->chunk, s, n);
+		(void)forward_chunk_add(q, s, n);
 }
 
 static void
@@ -742,17 +744,17 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 
 	if (g->rw_midline) {
 		if ((nl = memchr(ptr, '\n', len)) == NULL) {
-			evbuffer_add(q->chunk, ptr, len);
+			(void)forward_chunk_add(q, ptr, len);
 			return;
 		}
-		evbuffer_add(q->chunk, ptr, (size_t)(nl - ptr) + 1);
+		(void)forward_chunk_add(q, ptr, (size_t)(nl - ptr) + 1);
 		len -= (size_t)(nl - ptr) + 1;
 		ptr = nl + 1;
 		g->rw_midline = false;
 	}
 	if (len > 0 && rb_add(g, ptr, len) != 0) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
-		evbuffer_add(q->chunk, ptr, len);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
+		(void)forward_chunk_add(q, ptr, len);
 		g->rblen = 0;
 		g->rw_midline = true;
 		return;
@@ -769,7 +771,7 @@ sse_step(preq *q, const char *ptr, size_t len, bool flush)
 		g->rblen -= start;
 	}
 	if (flush || g->rblen > RW_LINE_MAX) {
-		evbuffer_add(q->chunk, g->rb, g->rblen);
+		(void)forward_chunk_add(q, g->rb, g->rblen);
 		g->rw_midline = !flush && g->rblen > 0;
 		g->rblen = 0;
 	}
@@ -785,8 +787,8 @@ gateway_emit(preq *q, const char *ptr, size_t len, bool flush)
 	else if (g->rw == RW_SSE)
 		sse_step(q, ptr, len, flush);
 	else if (len > 0)
-		evbuffer_add(q->chunk, ptr, len);
-	if (evbuffer_get_length(q->chunk) > 0)
+		(void)forward_chunk_add(q, ptr, len);
+	if (evbuffer_get_length(q->chunk) > 0 && !q->oom)
 		forward_send_chunk(q);
 }
 

@@ -192,8 +192,12 @@ get_metrics(proxy *p, struct evhttp_request *req)
 		http_send_error(req, 500, "internal_error", "out of memory");
 		return;
 	}
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	if (evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "text/plain; version=0.0.4; charset=utf-8") != 0) {
+		evbuffer_drain(b, evbuffer_get_length(b));
+		http_send_error(req, 500, "internal_error", "out of memory");
+		return;
+	}
 	worker_track_reply(req);
 	evhttp_send_reply(req, 200, "OK", NULL);
 }

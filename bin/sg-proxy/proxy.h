@@ -233,6 +233,8 @@ typedef struct gwreq {
 } gwreq;
 
 struct preq {
+	bool			 oom;		/* a reply header or body byte
+						 * could not be queued */
 	proxy			*p;
 	struct evhttp_request	*req;
 	struct evhttp_connection *conn;
@@ -481,6 +483,9 @@ int	forward_hblk_add(preq *q, const char *name, size_t nl, const char *v,
 /* Send what q->chunk holds to the client; pause the upstream transfer
  * while the client's output buffer is above PROXY_HWM. */
 void	forward_send_chunk(preq *q);
+/* Queue body bytes for the client; a failure sets q->oom (the reply is
+ * then cut, never sent with a hole).  0 or -1. */
+int	forward_chunk_add(preq *q, const void *p, size_t n);
 
 /* --- gateway.c ------------------------------------------------------------------------------ */
 
