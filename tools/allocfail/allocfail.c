@@ -33,9 +33,12 @@
  *  11 fail_n    the armed allocation number of that failure
  *  12 nskip     controller: how many skip ranges follow (at most 16)
  *  13 skipped   allocations that were to fail but called from a skip range
- *  16 + 2i, 17 + 2i  skip range i: [lo, hi) of return addresses (a
+ *  16 + 2i, 17 + 2i  skip range i: [lo, hi) of code addresses (a
  *               function known to crash on a failure it cannot report,
- *               in a library we do not own); such calls never fail
+ *               in a library we do not own); an allocation with a frame
+ *               in a skip range on its stack never fails
+ *  48 nframes   the depth of the stack below recorded (at most 16)
+ *  49 .. 64     the stack of the last failed call, innermost first
  *
  * The environment gives the starting values: ALLOCFAIL_NTH (fail_at),
  * ALLOCFAIL_RUN (fail_run), ALLOCFAIL_ARM=1 (armed from the first
@@ -58,6 +61,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -74,12 +78,14 @@
 #define AF_MAGIC	0x314c46434f4c4c41ull	/* "ALLOCFL1" little-endian */
 #define AF_PAGE		4096
 #define AF_ARENA	(256u << 10)
+#define AF_FRAMES	48		/* stack depth the skip ranges see */
 
 enum {
 	S_MAGIC, S_PID, S_ARMED, S_FAIL_AT, S_FAIL_RUN, S_COUNT, S_INJECTED,
 	S_LIVE, S_BYTES, S_TOTAL, S_FAIL_RA, S_FAIL_N, S_NSKIP, S_SKIPPED,
 	S_SKIP = 16, S_SKIP_MAX = 16,
-	S_NSLOTS = S_SKIP + 2 * S_SKIP_MAX
+	S_NFRAMES = 48, S_FRAMES = 49, S_FRAMES_MAX = 16,
+	S_NSLOTS = S_FRAMES + S_FRAMES_MAX
 };
 
 typedef void	*(*malloc_fn)(size_t);
@@ -241,22 +247,52 @@ allocfail_init(void)
 	atomic_store(&ctl[S_ARMED], env_u64("ALLOCFAIL_ARM", 0));
 	atomic_store(&ctl[S_MAGIC], AF_MAGIC);
 	(void)pthread_atfork(NULL, NULL, on_fork_child);
+	{
+		void *fr[2];
+
+		(void)backtrace(fr, 2);		/* loads the unwinder now */
+	}
 }
 
-/* True if the caller at ra is in a skip range. */
+/*
+ * True if a frame of the calling stack is in a skip range.  backtrace(3)
+ * loads the unwinder on its first call, which allocates: the constructor
+ * calls it once, before anything is armed.
+ */
 static bool
-skipped(void *ra)
+skipped(void)
 {
-	uint64_t a = (uint64_t)(uintptr_t)ra, n, i;
+	void *fr[AF_FRAMES];
+	uint64_t a, n, i;
+	int nf, f;
 
-	n = atomic_load(&ctl[S_NSKIP]);
+	if ((n = atomic_load(&ctl[S_NSKIP])) == 0)
+		return false;
 	if (n > S_SKIP_MAX)
 		n = S_SKIP_MAX;
-	for (i = 0; i < n; i++)
-		if (a >= atomic_load(&ctl[S_SKIP + 2 * i]) &&
-		    a < atomic_load(&ctl[S_SKIP + 2 * i + 1]))
-			return true;
+	nf = backtrace(fr, AF_FRAMES);
+	for (f = 0; f < nf; f++) {
+		a = (uint64_t)(uintptr_t)fr[f];
+		for (i = 0; i < n; i++)
+			if (a >= atomic_load(&ctl[S_SKIP + 2 * i]) &&
+			    a < atomic_load(&ctl[S_SKIP + 2 * i + 1]))
+				return true;
+	}
 	return false;
+}
+
+/* The stack of a failing call, for the controller's report. */
+static void
+record_stack(void)
+{
+	void *fr[S_FRAMES_MAX];
+	int nf, f;
+
+	/* the innermost frames are the shim's own: the controller drops them */
+	nf = backtrace(fr, S_FRAMES_MAX);
+	for (f = 0; f < nf; f++)
+		atomic_store(&ctl[S_FRAMES + f], (uint64_t)(uintptr_t)fr[f]);
+	atomic_store(&ctl[S_NFRAMES], (uint64_t)nf);
 }
 
 /* Count one allocation call; true if this one is to fail. */
@@ -279,13 +315,14 @@ inject(void *ra)
 		run = 1;
 	if (n - at >= run)
 		return false;
-	if (skipped(ra)) {
+	if (skipped()) {
 		atomic_fetch_add(&ctl[S_SKIPPED], 1);
 		return false;
 	}
 	atomic_fetch_add(&ctl[S_INJECTED], 1);
 	atomic_store(&ctl[S_FAIL_RA], (uint64_t)(uintptr_t)ra);
 	atomic_store(&ctl[S_FAIL_N], n);
+	record_stack();
 	errno = ENOMEM;
 	return true;
 }

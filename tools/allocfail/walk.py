@@ -26,9 +26,16 @@ the layout is documented at the top of tools/allocfail/allocfail.c.
 Answers to a failing request, by class:
     ok        2xx, body complete (--check json: parses; sse: ends with
               data: [DONE]; text: non-empty)
+    damaged   2xx that looks complete but lacks a header a plain answer
+              has, or (sse) has fewer events: a silent loss   FAIL
     error     5xx with a JSON body that has an "error" member
-    closed    the connection closed before a status line (the server
-              could not take the connection or the request in)
+    closed    the connection closed before a status line: the server's
+              front end could not take the connection or the request in
+              (a failure below the program's own code; from a call the
+              program made, it is `bad`)
+    refused   a 4xx from the front end: it could not store a header and
+              took the request for a malformed one (evhttp's answer; as
+              for closed, `bad` when the program's code made the call)
     truncated 2xx whose body stops short (the failure came after the
               status line was sent; nothing else is possible then)
     hang      no complete answer within --timeout seconds      FAIL
@@ -61,10 +68,16 @@ import sys
 import time
 
 SLOTS = ["magic", "pid", "armed", "fail_at", "fail_run", "count",
-         "injected", "live", "bytes", "total", "fail_ra", "fail_n"]
+         "injected", "live", "bytes", "total", "fail_ra", "fail_n",
+         "nskip", "skipped"]
+S_SKIP, S_SKIP_MAX = 16, 16
+S_NFRAMES, S_FRAMES = 48, 49
 MAGIC = 0x314c46434f4c4c41
 SIGNED = {"live", "bytes"}
 PAGE = 4096
+# Response headers whose presence may change from one answer to the next.
+VOLATILE = {"date", "content-length", "transfer-encoding", "connection",
+            "keep-alive"}
 
 
 class Ctl:
@@ -89,6 +102,19 @@ class Ctl:
         struct.pack_into("<Q", self.m, 8 * SLOTS.index(name),
                          v & 0xffffffffffffffff)
 
+    def set_skips(self, ranges):
+        self.set("nskip", 0)
+        for i, (lo, hi) in enumerate(ranges[:S_SKIP_MAX]):
+            struct.pack_into("<QQ", self.m, 8 * (S_SKIP + 2 * i), lo, hi)
+        self.set("nskip", min(len(ranges), S_SKIP_MAX))
+
+    def stack(self):
+        n = min(self.get_i(S_NFRAMES), 16)
+        return [self.get_i(S_FRAMES + i) for i in range(n)]
+
+    def get_i(self, i):
+        return struct.unpack_from("<Q", self.m, 8 * i)[0]
+
     def snapshot(self):
         return {n: self.get(n) for n in SLOTS}
 
@@ -98,6 +124,7 @@ class Ctl:
         self.set("fail_run", run)
         self.set("count", 0)
         self.set("injected", 0)
+        self.set("skipped", 0)
         self.set("fail_ra", 0)
         self.set("fail_n", 0)
         self.set("armed", 1)
@@ -131,6 +158,7 @@ class Walk:
         self.headers["Connection"] = "close"
         self.body = a.data.encode() if a.data is not None else None
         self.nreq = 0
+        self.ref = None         # (header names, SSE events) of a plain answer
         self.problems = []
         self.steps = []
 
@@ -178,7 +206,8 @@ class Walk:
         finally:
             c.close()
         if 200 <= status < 300:
-            return self.check_2xx(status, body)
+            names = {k.lower() for k in r.headers.keys()} - VOLATILE
+            return self.check_2xx(status, body, names)
         if 500 <= status < 600:
             try:
                 doc = json.loads(body)
@@ -189,9 +218,11 @@ class Walk:
                 pass
             return ("bad", status, "5xx without a JSON error: %r"
                     % body[:200])
+        if 400 <= status < 500:
+            return ("refused", status, repr(body[:80]))
         return ("bad", status, repr(body[:200]))
 
-    def check_2xx(self, status, body):
+    def check_2xx(self, status, body, names):
         chk = self.a.check
         if chk == "json":
             try:
@@ -205,6 +236,17 @@ class Walk:
                         "(%d bytes)" % len(body))
         elif chk == "text" and not body:
             return ("truncated", status, "empty body")
+        events = body.count(b"\ndata:") + body.startswith(b"data:")
+        if self.ref is None:
+            self.last = (names, events)
+        else:
+            lost = self.ref[0] - names
+            if lost:
+                return ("damaged", status, "headers missing: %s"
+                        % " ".join(sorted(lost)))
+            if chk == "sse" and events != self.ref[1]:
+                return ("damaged", status, "%d events, not %d"
+                        % (events, self.ref[1]))
         return ("ok", status, "")
 
     # --- idleness -----------------------------------------------------------
@@ -248,6 +290,7 @@ class Walk:
             if not self.plain("steady state"):
                 return False
             counts.append(self.idle())
+        self.ref = self.last
         if None in counts or len(set(counts)) != 1:
             self.fail("no steady state: live counts after plain requests "
                       "%s" % counts)
@@ -272,17 +315,27 @@ class Walk:
     def one(self, k):
         """Step k: fail, probe, measure.  Returns the live count or None."""
         self.ctl.arm(k, self.a.run)
+        t0 = time.monotonic()
         r = self.request()
+        t1 = time.monotonic()
         busy = self.idle() is None
+        t2 = time.monotonic()
         self.ctl.disarm()
         inj = self.ctl.get("injected")
         ra = self.ctl.get("fail_ra")
         rec = {"k": k, "class": r[0], "status": r[1], "detail": r[2],
-               "injected": inj, "ra": ra}
+               "injected": inj, "ra": ra,
+               "skipped": self.ctl.get("skipped"),
+               "stack": self.ctl.stack() if inj else [],
+               "req_ms": round((t1 - t0) * 1000, 1),
+               "idle_ms": round((t2 - t1) * 1000, 1)}
         if not alive(self.a.pid):
             rec["class"] = "crash"
+        elif rec["class"] in ("closed", "refused") and self.in_program(rec):
+            rec["detail"] += " (after the program had the request)"
+            rec["class"] = "bad"
         self.steps.append(rec)
-        if rec["class"] in ("hang", "crash", "bad") or busy:
+        if rec["class"] in ("hang", "crash", "bad", "damaged") or busy:
             self.fail("k=%d: %s status=%s %s%s" % (k, rec["class"], r[1],
                       r[2], " (still busy 5 s later)" if busy else ""))
             return None
@@ -293,7 +346,35 @@ class Walk:
             self.fail("k=%d: never idle after the probe" % k)
         return live
 
+    def skips(self):
+        """--skip LIB:FUNC: the address range of FUNC in the mapped LIB
+        (its dynamic symbol table, nm -D)."""
+        ranges = []
+        for sk in self.a.skip:
+            lib, _, fn = sk.partition(":")
+            path = base = None
+            for lo, hi, off, pth in self.maps():
+                if lib in os.path.basename(pth):
+                    path, base = pth, lo - off
+                    break
+            if path is None:
+                continue        # not loaded: nothing to skip
+            out = subprocess.run(["nm", "-D", "-S", "--defined-only", path],
+                                 capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                p = line.split()
+                if len(p) == 4 and p[3] == fn:
+                    lo = base + int(p[0], 16)
+                    ranges.append((lo, lo + int(p[1], 16)))
+                    break
+            else:
+                print("walk.py: no %s in %s" % (fn, path), file=sys.stderr)
+                sys.exit(2)
+        self.ctl.set_skips(ranges)
+
     def walk(self):
+        self.maps()
+        self.skips()
         if not self.steady():
             return
         n = self.count()
@@ -324,7 +405,7 @@ class Walk:
                     self.fail("k=%d: leak: the live count rose on every "
                               "replay (%d -> %d after %d replays), failed "
                               "call from %s" % (k, prev, live, rises,
-                                                self.site(s["ra"])))
+                                                self.site(s)))
             prev = live
 
     # --- reporting ----------------------------------------------------------
@@ -344,35 +425,100 @@ class Walk:
                 pass
         return self._maps
 
-    def site(self, ra):
-        if ra == 0:
-            return "?"
+    def dynsyms(self, path):
+        """(start, size, name) of a library's dynamic symbols, sorted."""
+        if not hasattr(self, "_dyn"):
+            self._dyn = {}
+        if path not in self._dyn:
+            t = []
+            try:
+                out = subprocess.run(["nm", "-D", "-S", "--defined-only",
+                                      path], capture_output=True, text=True,
+                                     timeout=20).stdout
+                for line in out.splitlines():
+                    p = line.split()
+                    if len(p) == 4 and p[2] in "TtWi":
+                        t.append((int(p[0], 16), int(p[1], 16), p[3]))
+            except (OSError, subprocess.SubprocessError):
+                pass
+            self._dyn[path] = sorted(t)
+        return self._dyn[path]
+
+    def frame(self, ra):
+        """One code address: "func file:line" where there is debug
+        information (our programs), "lib:func" where the address is inside
+        an exported function, else "lib+offset"; None for the shim's own
+        frames."""
+        if not hasattr(self, "_frames"):
+            self._frames = {}
+        if ra in self._frames:
+            return self._frames[ra]
+        txt = "%#x" % ra
         for lo, hi, off, path in self.maps():
-            if lo <= ra < hi:
-                rel = ra - lo + off - 1
-                fn = "?"
-                try:
-                    out = subprocess.run(["addr2line", "-f", "-s", "-e",
-                                          path, "%#x" % rel],
-                                         capture_output=True, text=True,
-                                         timeout=10).stdout.split("\n")
-                    if out and out[0] != "??":
-                        fn = out[0] + (" " + out[1] if len(out) > 1 and
-                                       not out[1].startswith("??") else "")
-                except (OSError, subprocess.SubprocessError):
-                    pass
-                return "%s+%#x %s" % (os.path.basename(path), rel, fn)
-        return "%#x" % ra
+            if not lo <= ra < hi:
+                continue
+            base = os.path.basename(path)
+            if base.startswith("allocfail"):
+                txt = None
+                break
+            rel = ra - lo + off - 1
+            txt = "%s+%#x" % (base.split(".so")[0], rel)
+            try:
+                out = subprocess.run(["addr2line", "-f", "-s", "-e",
+                                      path, "%#x" % rel],
+                                     capture_output=True, text=True,
+                                     timeout=10).stdout.split("\n")
+                if len(out) > 1 and not out[1].startswith("??"):
+                    txt = "%s %s" % (out[0], out[1].split(" ")[0])
+                    break
+            except (OSError, subprocess.SubprocessError):
+                pass
+            for st, sz, nm in self.dynsyms(path):
+                if st <= rel < st + sz:
+                    txt = "%s:%s" % (base.split(".so")[0], nm)
+                    break
+            break
+        self._frames[ra] = txt
+        return txt
+
+    def in_program(self, rec):
+        """True if the failed call came from the program's own code: a
+        frame with debug information (the program and its static library)
+        inside the event loop's callbacks (frames from event_base_loop out,
+        worker_run and main, do not count)."""
+        for ra in rec.get("stack") or []:
+            f = self.frame(ra) or ""
+            if "event_base_loop" in f:
+                return False
+            if ".c:" in f:
+                return True
+        return False
+
+    def site(self, rec):
+        """The failed call's stack, innermost first, to the first frame
+        of the program itself (at most 6 frames)."""
+        if isinstance(rec, int):
+            rec = {"stack": [rec]}
+        out = []
+        for ra in rec.get("stack") or [rec.get("ra", 0)]:
+            f = self.frame(ra)
+            if f is None:
+                continue
+            out.append(f)
+            if ".c:" in f or len(out) >= 6:
+                break
+        return " < ".join(out) if out else "?"
 
     def summary(self):
         by = {}
         for s in self.steps:
             by[s["class"]] = by.get(s["class"], 0) + 1
         reached = sum(1 for s in self.steps if s["injected"] > 0)
+        skipped = sum(1 for s in self.steps if s["skipped"] > 0)
         counts = getattr(self, "counts", [])
         print("%s: allocations per request %s; %d steps, %d with a failure "
-              "injected; answers %s; %d problems" % (
-                  self.a.name, counts, len(self.steps), reached,
+              "injected, %d skipped; answers %s; %d problems" % (
+                  self.a.name, counts, len(self.steps), reached, skipped,
                   " ".join("%s=%d" % kv for kv in sorted(by.items())),
                   len(self.problems)), flush=True)
         if self.a.sites:
@@ -380,10 +526,10 @@ class Walk:
                 if s["class"] not in ("ok", "error") or self.a.sites > 1:
                     print("  k=%d %s %s %s  <- %s" % (
                         s["k"], s["class"], s["status"], s["detail"],
-                        self.site(s["ra"])))
+                        self.site(s)))
         if self.a.json:
             for s in self.steps:
-                s["site"] = self.site(s["ra"]) if self.a.sites else ""
+                s["site"] = self.site(s) if self.a.sites else ""
             with open(self.a.json, "w") as f:
                 json.dump({"name": self.a.name, "counts": counts,
                            "steps": self.steps,
@@ -423,6 +569,9 @@ def main():
     w.add_argument("--sites", type=int, default=1,
                    help="1: name the failed call of unusual answers; "
                    "2: of every step; 0: none")
+    w.add_argument("--skip", action="append", default=[],
+                   metavar="LIB:FUNC", help="never fail a call made from "
+                   "FUNC of the library whose file name contains LIB")
     w.add_argument("--json", help="write the per-step record here")
     a = ap.parse_args()
     if a.cmd == "status":
