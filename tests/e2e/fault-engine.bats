@@ -217,29 +217,24 @@ cut_req() {
 	proxy_idle
 }
 
-@test "router: a garbage status line is a 502 upstream_error JSON, counted proxy_502, not retried, engine connection closed" {
+@test "router: a malformed response head (garbage status line, a field line without a colon, over 16 KiB) is a 502 upstream_error JSON, counted proxy_502, not retried" {
 	router garbage
-	req -H "$KEY"
-	show
-	[ "$STATUS" = 502 ]
-	[ "$CODE" = upstream_error ]
-	[ "$(hdr x-stargate-error-code)" = upstream_error ]
-	[ "$MS" -lt "$UT" ]
-	[ "$(attempts proxy_502)" = 1 ]
+	local m n=0
+	for m in garbage bad-header huge-head; do
+		fmode "$m"
+		n=$((n + 1))
+		req -H "$KEY"
+		echo "$m: status=$STATUS code=$CODE ms=$MS"
+		[ "$STATUS" = 502 ]
+		[ "$CODE" = upstream_error ]
+		[ "$(hdr x-stargate-error-code)" = upstream_error ]
+		[[ $(hdr content-type) == application/json* ]]
+		[ "$MS" -lt "$UT" ]
+		[ "$(attempts proxy_502)" = "$n" ]
+		# the engine connection is closed, not left to the engine
+		engine_saw_close "$n"
+	done
 	[ "$(seen_n B)" = 0 ]
-	engine_saw_close 1
-	proxy_idle
-}
-
-@test "router: a header line without a colon is a 502 upstream_error JSON, counted proxy_502, engine connection closed" {
-	router bad-header
-	req -H "$KEY"
-	show
-	[ "$STATUS" = 502 ]
-	[ "$CODE" = upstream_error ]
-	[ "$MS" -lt "$UT" ]
-	[ "$(attempts proxy_502)" = 1 ]
-	engine_saw_close 1
 	proxy_idle
 }
 
@@ -251,6 +246,43 @@ cut_req() {
 	[ "$MS" -lt "$UT" ]
 	[ "$(attempts proxy_502)" = 1 ]
 	engine_saw_close 1
+	proxy_idle
+}
+
+@test "router: a response head that drips in a byte at a time is cut at --upstream-timeout-ms from the attempt's start: 504 upstream_timeout" {
+	router slow-head
+	req -H "$KEY"
+	show
+	[ "$STATUS" = 504 ]
+	[ "$CODE" = upstream_timeout ]
+	[ "$MS" -ge $((UT - 50)) ]
+	[ "$MS" -lt $((UT + 3000)) ]
+	[ "$(attempts proxy_504)" = 1 ]
+	engine_saw_close 1
+	proxy_idle
+}
+
+@test "router: an engine whose connect hangs is given up at --connect-timeout-ms and the request retried on another cluster" {
+	# A's URL is a listener that never accepts (its queue full: the
+	# kernel drops the SYNs); its stats come from the fault engine.
+	start_fault A --blackhole-port-file "$T/bh.port"
+	start_engine B -c 4 -t 1 --decode-tps 1000
+	write_clusters "$T/clusters.json" \
+	    "$(jq -nc --arg u "http://127.0.0.1:$(cat "$T/bh.port")" \
+	        --arg s "$(eurl A)/stats" \
+	        '{id: "A", url: $u, models: ["dummy-model"], stats: {format: "stargate", url: $s}}')" \
+	    "$(cl_entry B)"
+	lb_simple pulsar
+	start_proxy --connect-timeout-ms 300 --upstream-timeout-ms "$UT"
+	reset_seen B
+	req -H "$KEY"
+	show
+	[ "$STATUS" = 200 ]
+	[ "$CLUSTER" = B ]
+	[ "$MS" -ge 250 ]
+	[ "$MS" -lt "$UT" ]
+	[ "$(attempts proxy_502)" = 1 ]
+	[ "$(msum stargate_proxy_retries_total 'reason="connect_failover"')" = 1 ]
 	proxy_idle
 }
 
@@ -299,12 +331,16 @@ acreq() {
 	proxy_idle
 }
 
-# all_on_a MODE: all_role MODE, then one request per cluster (round-robin);
-# the answer that came from A (the engine's request count moved) is left
-# in STATUS, BODY, RC.
+# all_on_a MODE: all_role MODE (or, with it running, A switched to MODE),
+# then one request per cluster (round-robin); the answer that came from A
+# (the engine's request count moved) is left in STATUS, BODY, RC.
 all_on_a() {
 	local i before a=
-	all_role "$1"
+	if [ -z "${ROLE_PID:-}" ]; then
+		all_role "$1"
+	else
+		fmode "$1"
+	fi
 	for i in 1 2; do
 		before=$(seen_n A)
 		acreq
@@ -321,16 +357,17 @@ all_on_a() {
 }
 
 @test "all: a unary JSON answer cut short (headers then EOF, Content-Length body short) is a clean 502 upstream_error" {
-	local m
+	local m n=0
 	for m in headers-eof short-cl; do
 		all_on_a "$m"
+		n=$((n + 1))
 		echo "$m: status=$STATUS rc=$RC body=$BODY"
 		[ "$STATUS" = 502 ]
 		[ "$RC" = 0 ]
 		[ "$(jq -r .code <<<"$BODY")" = upstream_error ]
-		[ "$(attempts proxy_502)" = 1 ]
+		[[ $(hdr content-type) == application/json* ]]
+		[ "$(attempts proxy_502)" = "$n" ]
 		proxy_idle
-		stop_all
 	done
 }
 
@@ -342,13 +379,12 @@ all_on_a() {
 	[ "$BODY" = '{"id":1,"object":"' ]
 	[ "$(attempts proxy_502)" = 1 ]
 	proxy_idle
-	stop_all
 	STREAM='{"stream": true}' all_on_a bad-chunk
 	echo "bad-chunk: status=$STATUS rc=$RC body=$BODY"
 	[ "$STATUS" = 200 ]
 	[ "$RC" = 18 ]
 	[ "$(printf '%s' "$BODY" | head -1)" = 'data: {"i": 0}' ]
-	[ "$(attempts proxy_502)" = 1 ]
+	[ "$(attempts proxy_502)" = 2 ]
 	proxy_idle
 }
 
@@ -363,15 +399,15 @@ all_on_a() {
 }
 
 @test "all: a garbage status line or a bad header line is a 502 upstream_error JSON, engine connection closed" {
-	local m
+	local m n=0
 	for m in garbage bad-header; do
 		all_on_a "$m"
+		n=$((n + 1))
 		echo "$m: status=$STATUS rc=$RC body=$BODY"
 		[ "$STATUS" = 502 ]
 		[ "$(jq -r .code <<<"$BODY")" = upstream_error ]
-		[ "$(attempts proxy_502)" = 1 ]
-		engine_saw_close 1
+		[ "$(attempts proxy_502)" = "$n" ]
+		engine_saw_close "$n"
 		proxy_idle
-		stop_all
 	done
 }
