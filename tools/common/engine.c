@@ -47,12 +47,19 @@ typedef struct kv_entry {
 	uint32_t	pin;
 } kv_entry;
 
+/* An index slot: the entry's key beside its index, so that a probe reads
+ * the table alone (one cache line) and touches the entry only on a hit. */
+typedef struct kv_slot {
+	uint64_t	key;
+	uint32_t	x;		/* entry index or ENG_NONE */
+} kv_slot;
+
 typedef struct kvcache {
 	uint64_t	 cap, used;
 	kv_entry	*ent;
 	uint32_t	 nent, entcap, free_head;
 	uint32_t	 head, tail;
-	uint32_t	*tab;		/* entry index or ENG_NONE */
+	kv_slot		*tab;
 	uint32_t	 tabmask;	/* size - 1; size is a power of two */
 	uint32_t	 count;
 } kvcache;
@@ -175,7 +182,7 @@ kv_init(kvcache *kv, uint64_t cap)
 	if (kv->tab == NULL)
 		return ENOMEM;
 	for (i = 0; i < 64; i++)
-		kv->tab[i] = ENG_NONE;
+		kv->tab[i].x = ENG_NONE;
 	kv->tabmask = 63;
 	return 0;
 }
@@ -193,31 +200,33 @@ kv_find(const kvcache *kv, uint64_t key)
 	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
 
 	for (;;) {
-		uint32_t x = kv->tab[i];
+		const kv_slot *t = &kv->tab[i];
 
-		if (x == ENG_NONE)
+		if (t->x == ENG_NONE)
 			return ENG_NONE;
-		if (kv->ent[x].key == key)
-			return x;
+		if (t->key == key)
+			return t->x;
 		i = (i + 1) & kv->tabmask;
 	}
 }
 
 static void
-kv_tab_put(kvcache *kv, uint32_t x)
+kv_tab_put(kvcache *kv, uint64_t key, uint32_t x)
 {
-	uint32_t i = (uint32_t)mix64(kv->ent[x].key) & kv->tabmask;
+	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
 
-	while (kv->tab[i] != ENG_NONE)
+	while (kv->tab[i].x != ENG_NONE)
 		i = (i + 1) & kv->tabmask;
-	kv->tab[i] = x;
+	kv->tab[i].key = key;
+	kv->tab[i].x = x;
 }
 
 static int
 kv_tab_grow(kvcache *kv)
 {
-	uint32_t size = (kv->tabmask + 1) * 2, i, x;
-	uint32_t *old = kv->tab, oldsize = kv->tabmask + 1;
+	uint32_t size = (kv->tabmask + 1) * 2, i;
+	uint32_t oldsize = kv->tabmask + 1;
+	kv_slot *old = kv->tab;
 
 	kv->tab = malloc((size_t)size * sizeof(*kv->tab));
 	if (kv->tab == NULL) {
@@ -225,11 +234,11 @@ kv_tab_grow(kvcache *kv)
 		return ENOMEM;
 	}
 	for (i = 0; i < size; i++)
-		kv->tab[i] = ENG_NONE;
+		kv->tab[i].x = ENG_NONE;
 	kv->tabmask = size - 1;
 	for (i = 0; i < oldsize; i++)
-		if ((x = old[i]) != ENG_NONE)
-			kv_tab_put(kv, x);
+		if (old[i].x != ENG_NONE)
+			kv_tab_put(kv, old[i].key, old[i].x);
 	free(old);
 	return 0;
 }
@@ -239,18 +248,17 @@ kv_tab_del(kvcache *kv, uint32_t x)
 {
 	uint32_t i = (uint32_t)mix64(kv->ent[x].key) & kv->tabmask, j;
 
-	while (kv->tab[i] != x)
+	while (kv->tab[i].x != x)
 		i = (i + 1) & kv->tabmask;
-	kv->tab[i] = ENG_NONE;
+	kv->tab[i].x = ENG_NONE;
 	/* Backward shift: pull later members of the probe run into the hole. */
-	for (j = (i + 1) & kv->tabmask; kv->tab[j] != ENG_NONE;
+	for (j = (i + 1) & kv->tabmask; kv->tab[j].x != ENG_NONE;
 	    j = (j + 1) & kv->tabmask) {
-		uint32_t y = kv->tab[j];
-		uint32_t home = (uint32_t)mix64(kv->ent[y].key) & kv->tabmask;
+		uint32_t home = (uint32_t)mix64(kv->tab[j].key) & kv->tabmask;
 
 		if (((j - home) & kv->tabmask) >= ((j - i) & kv->tabmask)) {
-			kv->tab[i] = y;
-			kv->tab[j] = ENG_NONE;
+			kv->tab[i] = kv->tab[j];
+			kv->tab[j].x = ENG_NONE;
 			i = j;
 		}
 	}
@@ -327,7 +335,7 @@ kv_insert(kvcache *kv, uint64_t key)
 	kv->ent[x].key = key;
 	kv->ent[x].tokens = 0;
 	kv->ent[x].pin = 0;
-	kv_tab_put(kv, x);
+	kv_tab_put(kv, key, x);
 	kv_push_front(kv, x);
 	kv->count++;
 	return x;
@@ -1233,11 +1241,11 @@ eng_held(const eng *e)
 	return e->held;
 }
 
-void
-eng_cluster(const eng *e, double now, sg_cluster *c)
+/* Prefill tokens admitted requests still have to compute at now. */
+static uint64_t
+pending_prefill(const eng *e, double now)
 {
 	uint64_t pending = 0;
-	double tps = mean_tps(e);
 	uint32_t i;
 
 	if (e->cfg.step_model) {
@@ -1247,21 +1255,40 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 			if (!q->first_done && !q->cancelled)
 				pending += q->prefill_left;
 		}
-	} else {
-		pending = e->pref_tokens;
-		if (e->pref_busy && e->pq_head != ENG_NONE) {
-			const rec *q = R(e, e->pq_head);
-			double span = q->pend - q->pstart, done;
+		return pending;
+	}
+	pending = e->pref_tokens;
+	if (e->pref_busy && e->pq_head != ENG_NONE) {
+		const rec *q = R(e, e->pq_head);
+		double span = q->pend - q->pstart, done;
 
-			if (span > 0 && now > q->pstart) {
-				done = floor((double)q->info.uncached_tokens *
-				    (now - q->pstart) / span);
-				if (done > (double)q->info.uncached_tokens)
-					done = (double)q->info.uncached_tokens;
-				pending -= (uint64_t)done;
-			}
+		if (span > 0 && now > q->pstart) {
+			done = floor((double)q->info.uncached_tokens *
+			    (now - q->pstart) / span);
+			if (done > (double)q->info.uncached_tokens)
+				done = (double)q->info.uncached_tokens;
+			pending -= (uint64_t)done;
 		}
 	}
+	return pending;
+}
+
+void
+eng_load_get(const eng *e, double now, eng_load *l)
+{
+	l->backlog = e->wait_tokens + pending_prefill(e, now);
+	l->tps = max_tps(e);
+	l->running = (uint64_t)e->nadm + e->held + e->nwait;
+	l->slots = e->cfg.slots;
+	l->kv_free = e->kv.cap - e->kv.used;
+}
+
+void
+eng_cluster(const eng *e, double now, sg_cluster *c)
+{
+	uint64_t pending = pending_prefill(e, now);
+	double tps = mean_tps(e);
+
 	c->max_engine_concurrency = e->cfg.slots;
 	/* Everything the engine has accepted: a router compares this with
 	 * max_engine_concurrency (+ max_queued), stargate-lb-config(5). */

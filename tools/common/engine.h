@@ -185,6 +185,22 @@ uint32_t eng_held(const eng *e);
  */
 void	eng_cluster(const eng *e, double now, sg_cluster *c);
 
+/*
+ * The load fields of eng_cluster a router that reads the engine itself needs
+ * (sg-sim's perfect-knowledge row), without the rest: backlog is
+ * queued_input_tokens, tps max_input_tps, running, slots
+ * max_engine_concurrency and kv_free kv_free_tokens, computed the same way.
+ */
+typedef struct eng_load {
+	uint64_t	backlog;
+	double		tps;
+	uint64_t	running;
+	uint64_t	slots;
+	uint64_t	kv_free;
+} eng_load;
+
+void	eng_load_get(const eng *e, double now, eng_load *l);
+
 /* Current numbers. */
 uint32_t eng_running(const eng *e);	/* admitted + held */
 uint32_t eng_waiting(const eng *e);	/* in the FIFO queue */

@@ -7,7 +7,7 @@
  * heap in insertion order, so a run is a pure function of the scenario):
  *  - the engines' own events (first token, last token), found by scanning
  *    each engine's cached next-event time;
- *  - a binary heap of session arrivals (Poisson), turn starts (after the
+ *  - a 4-ary heap of session arrivals (Poisson), turn starts (after the
  *    previous answer plus an exponential think time), routing rechecks,
  *    stats samples, stats publications (after the staleness delay) and
  *    background arrivals.
@@ -65,18 +65,36 @@ enum { EV_SESSION, EV_TURN, EV_ROUTE, EV_SAMPLE, EV_VISIBLE, EV_BG,
 
 typedef struct ev {
 	double		t;
-	uint64_t	seq;
 	uint32_t	type;
 	uint32_t	a;
 } ev;
+
+/*
+ * A heap item: the time and one word holding the insertion number (high
+ * bits), the type and the argument, so that (t, k) orders as (t, seq) and
+ * four children fill one 64-byte line.
+ */
+typedef struct hev {
+	double		t;
+	uint64_t	k;
+} hev;
+
+#define EV_ABITS	24
+#define EV_TBITS	3
+#define EV_SEQ_MAX	(UINT64_MAX >> (EV_ABITS + EV_TBITS))
 
 typedef struct sample {
 	sg_cluster	c;
 } sample;
 
+/* A node of the tournament over the engines' next-event times. */
+typedef struct tnode {
+	double		t;		/* the winner's eng_next_event */
+	uint32_t	i;		/* the winner, NONE for an empty leaf */
+} tnode;
+
 typedef struct cstate {
 	eng		*e;
-	double		 next;		/* cached eng_next_event */
 	sg_cluster	 vis;		/* last published sample */
 	sample		*pend;		/* taken, not yet published, FIFO */
 	size_t		 pend_head, pend_n, pend_cap;
@@ -128,18 +146,21 @@ typedef struct sim {
 	const size_t	*view_idx;	/* fleet index of view cluster k */
 	bool		*drained;
 	orc_cand	*oc;		/* perfect row: per cluster */
+	uint32_t	*mark;		/* perfect row: served the session */
+	uint32_t	 mark_stamp;
 	double		 svc_sum;	/* perfect row: admission to done */
 	uint64_t	 svc_n;
 	cstate		*cs;
 	size_t		 nc;
-	uint32_t	*tree;		/* tournament over cs[].next */
+	tnode		*tree;		/* tournament over next-event times */
 	size_t		 tleaves;	/* power of two >= nc */
 	double		 now;
 	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
 	sg_error	*err;
 
-	ev		*heap;
+	hev		*heap;		/* 4-ary min-heap; heap[-3..-1] pad */
+	hev		*heapmem;	/* allocation, 64-byte aligned */
 	size_t		 nheap, heapcap;
 
 	sess		*ss;
@@ -344,35 +365,52 @@ sim_draw_class(const scenario *sc, uint32_t session)
 /* --- event heap ------------------------------------------------------------ */
 
 static bool
-ev_less(const ev *a, const ev *b)
+ev_less(const hev *a, const hev *b)
 {
-	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+	return a->t < b->t || (a->t == b->t && a->k < b->k);
+}
+
+/* Room for one more item; the heap starts 3 items into a 64-byte aligned
+ * block, so that the children 4i+1 .. 4i+4 of any node share one line. */
+static int
+heap_room(sim *s)
+{
+	size_t n = s->heapcap ? s->heapcap * 2 : 1024;
+	hev *m;
+
+	if (s->nheap < s->heapcap)
+		return 0;
+	if ((m = aligned_alloc(64, (n + 4) * sizeof(*m))) == NULL)
+		return SG_ENOMEM;
+	if (s->nheap > 0)
+		memcpy(m + 3, s->heap, s->nheap * sizeof(*m));
+	free(s->heapmem);
+	s->heapmem = m;
+	s->heap = m + 3;
+	s->heapcap = n;
+	return 0;
 }
 
 static void
 push(sim *s, double t, uint32_t type, uint32_t a)
 {
 	size_t i;
-	ev x;
+	hev x;
 
-	if (s->nheap == s->heapcap) {
-		size_t n = s->heapcap ? s->heapcap * 2 : 1024;
-		ev *h = realloc(s->heap, n * sizeof(*h));
-
-		if (h == NULL) {
-			s->fail = SG_ENOMEM;
-			return;
-		}
-		s->heap = h;
-		s->heapcap = n;
+	if (a >> EV_ABITS != 0 || s->seq > EV_SEQ_MAX) {
+		s->fail = SG_ENOMEM;	/* past the event encoding's range */
+		return;
+	}
+	if (heap_room(s) != 0) {
+		s->fail = SG_ENOMEM;
+		return;
 	}
 	x.t = t;
-	x.seq = s->seq++;
-	x.type = type;
-	x.a = a;
+	x.k = s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)type << EV_ABITS |
+	    a;
 	i = s->nheap++;
 	while (i > 0) {
-		size_t p = (i - 1) / 2;
+		size_t p = (i - 1) / 4;
 
 		if (!ev_less(&x, &s->heap[p]))
 			break;
@@ -385,16 +423,19 @@ push(sim *s, double t, uint32_t type, uint32_t a)
 static ev
 pop(sim *s)
 {
-	ev top = s->heap[0], last = s->heap[--s->nheap];
+	hev top = s->heap[0], last = s->heap[--s->nheap];
 	size_t i = 0, n = s->nheap;
+	ev out;
 
 	for (;;) {
-		size_t c = 2 * i + 1;
+		size_t c = 4 * i + 1, j, end;
 
 		if (c >= n)
 			break;
-		if (c + 1 < n && ev_less(&s->heap[c + 1], &s->heap[c]))
-			c++;
+		end = c + 4 < n ? c + 4 : n;
+		for (j = c + 1; j < end; j++)
+			if (ev_less(&s->heap[j], &s->heap[c]))
+				c = j;
 		if (!ev_less(&s->heap[c], &last))
 			break;
 		s->heap[i] = s->heap[c];
@@ -402,7 +443,10 @@ pop(sim *s)
 	}
 	if (n > 0)
 		s->heap[i] = last;
-	return top;
+	out.t = top.t;
+	out.type = (uint32_t)(top.k >> EV_ABITS) & ((1u << EV_TBITS) - 1);
+	out.a = (uint32_t)top.k & ((1u << EV_ABITS) - 1);
+	return out;
 }
 
 /* --- pools ----------------------------------------------------------------- */
@@ -468,38 +512,37 @@ req_free(sim *s, uint32_t i)
 
 /* --- engine event times ---------------------------------------------------- */
 
-/* Does cluster a's next event come before b's (time, then index)? */
+/* Does node a's event come before b's (time, then cluster index; an empty
+ * leaf, index NONE at +inf, comes last)? */
 static bool
-eng_before(const sim *s, uint32_t a, uint32_t b)
+node_before(const tnode *a, const tnode *b)
 {
-	if (b == NONE)
-		return a != NONE;
-	if (a == NONE)
-		return false;
-	return s->cs[a].next < s->cs[b].next || (s->cs[a].next ==
-	    s->cs[b].next && a < b);
+	return a->t < b->t || (a->t == b->t && a->i < b->i);
 }
 
 /*
  * Cluster i's next event time changed: replay its path of the tree.  A
  * node whose winner stays another cluster leaves every node above it as
  * it was (their matches do not involve i), so the replay stops there.
+ * Nodes hold the winner's time beside its index: a match reads the two
+ * children only.
  */
 static void
 tree_fix(sim *s, size_t i)
 {
+	tnode *tr = s->tree;
 	size_t k = s->tleaves + i;
 
 	while (k > 1) {
-		uint32_t l, r, w, old;
+		const tnode *w;
+		uint32_t old;
 
 		k /= 2;
-		l = s->tree[2 * k];
-		r = s->tree[2 * k + 1];
-		w = eng_before(s, r, l) ? r : l;
-		old = s->tree[k];
-		s->tree[k] = w;
-		if (w == old && w != (uint32_t)i)
+		w = node_before(&tr[2 * k + 1], &tr[2 * k]) ? &tr[2 * k + 1] :
+		    &tr[2 * k];
+		old = tr[k].i;
+		tr[k] = *w;
+		if (w->i == old && old != (uint32_t)i)
 			return;
 	}
 }
@@ -508,10 +551,11 @@ static void
 set_next(sim *s, size_t i)
 {
 	double t = eng_next_event(s->cs[i].e);
+	tnode *leaf = &s->tree[s->tleaves + i];
 
-	if (t == s->cs[i].next)
+	if (t == leaf->t)
 		return;
-	s->cs[i].next = t;
+	leaf->t = t;
 	tree_fix(s, i);
 }
 
@@ -567,12 +611,16 @@ take_sample(sim *s, size_t i, double t)
 
 	eng_advance(c->e, t);
 	set_next(s, i);
-	smp.c = c->vis;
-	eng_cluster(c->e, t, &smp.c);
 	if (s->sc->stats_staleness_ms <= 0) {
-		publish(s, i, &smp, t);
+		/* Seen at once: sampled straight into the visible stats (their
+		 * id and rtt_ms stay), no copies. */
+		eng_cluster(c->e, t, &c->vis);
+		if (sg_fleet_publish(s->fleet, i, &c->vis, t) != 0)
+			s->fail = SG_EINVAL;
 		return;
 	}
+	smp.c = c->vis;
+	eng_cluster(c->e, t, &smp.c);
 	if (c->pend_head > 0 && c->pend_head == c->pend_n)
 		c->pend_head = c->pend_n = 0;
 	if (grow((void **)&c->pend, &c->pend_cap, sizeof(*c->pend),
@@ -700,45 +748,50 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 	size_t k, n = s->ncand[m];
 	double svc = s->svc_n > 0 ? s->svc_sum / (double)s->svc_n : 0;
 	eng_req q = { .key = s->ss[r->sess].key, .input_tokens = r->input };
-	long best;
-
 	const sess *ss = &s->ss[r->sess];
+	uint32_t stamp = ++s->mark_stamp;
+	long best, most;
 
+	/* Only the clusters that served the session can hold its entry:
+	 * mark them, so a candidate's check is one load. */
+	if (stamp == 0) {
+		memset(s->mark, 0, s->nc * sizeof(*s->mark));
+		stamp = s->mark_stamp = 1;
+	}
+	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++)
+		s->mark[ss->seen[k]] = stamp;
 	for (k = 0; k < n; k++) {
-		size_t i = idx[k], j;
+		size_t i = idx[k];
 		orc_cand *o = &s->oc[k];
-		sg_cluster now;		/* eng_cluster sets what is read */
+		eng_load l;
 
-		memset(o, 0, sizeof(*o));
-		if (excluded(r, i))
+		if (excluded(r, i)) {
+			o->eligible = false;
 			continue;
-		eng_cluster(s->cs[i].e, t, &now);
+		}
+		eng_load_get(s->cs[i].e, t, &l);
 		o->eligible = true;
-		for (j = 0; j < SEEN && ss->seen[j] >= 0; j++)
-			if ((size_t)ss->seen[j] == i)
-				break;
-		if (ss->seen_over || (j < SEEN && ss->seen[j] >= 0))
-			o->cached = eng_cached_prefix(s->cs[i].e, &q);
-		o->backlog = now.queued_input_tokens;
-		o->tps = now.max_input_tps;
+		o->cached = ss->seen_over || s->mark[i] == stamp ?
+		    eng_cached_prefix(s->cs[i].e, &q) : 0;
+		o->backlog = l.backlog;
+		o->tps = l.tps;
 		o->rtt_ms = s->sc->clusters[i].rtt_ms;
-		o->running = now.running;
-		o->slots = now.max_engine_concurrency;
-		o->kv_free = now.kv_free_tokens;
+		o->running = l.running;
+		o->slots = l.slots;
+		o->kv_free = l.kv_free;
+		o->slot_wait_ms = 0;
 		if (o->running >= o->slots && o->slots > 0)
 			o->slot_wait_ms = (double)(o->running - o->slots + 1) *
 			    svc / (double)o->slots;
 	}
-	best = orc_pick(s->oc, n, r->input, s->row->max_queued,
-	    s->row->objective, NULL);
+	best = orc_pick_most(s->oc, n, r->input, s->row->max_queued,
+	    s->row->objective, &most);
 	memset(d, 0, sizeof(*d));
 	/* Patience (KV first): while the cluster holding the most of the
 	 * prompt is full, wait for it (for ever, unless the scenario sets
 	 * algorithms.perfect.wait_ms): the bound never gives a cached prefix
 	 * up to load. */
 	if (s->row->objective == ORC_KV_FIRST) {
-		long most = orc_pick(s->oc, n, r->input, UINT64_MAX,
-		    ORC_KV_FIRST, NULL);
 		double wait = s->row->patience_ms;
 
 		if (most >= 0 && s->oc[most].cached > 0 && (best < 0 ||
@@ -1220,7 +1273,7 @@ sim_free(sim *s)
 		}
 	free(s->cs);
 	free(s->tree);
-	free(s->heap);
+	free(s->heapmem);
 	free(s->ss);
 	free(s->rq);
 	free(s->ttft);
@@ -1232,6 +1285,7 @@ sim_free(sim *s)
 	sg_fleet_free(s->fleet);
 	free(s->drained);
 	free(s->oc);
+	free(s->mark);
 }
 
 static int
@@ -1246,13 +1300,16 @@ setup_alloc(sim *s)
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
 	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
-	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL)
+	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
+	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
-	for (i = 0; i < 2 * s->tleaves; i++)
-		s->tree[i] = NONE;
+	for (i = 0; i < 2 * s->tleaves; i++) {
+		s->tree[i].t = INFINITY;
+		s->tree[i].i = NONE;
+	}
 	return 0;
 }
 
@@ -1293,11 +1350,12 @@ setup(sim *s)
 		smp.c = c->vis;
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
-		c->next = INFINITY;
-		s->tree[s->tleaves + i] = (uint32_t)i;
+		s->tree[s->tleaves + i].i = (uint32_t)i;
 		tree_fix(s, i);
-		push(s, sc->stats_interval_ms * (double)(i + 1) /
-		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
+		/* The perfect row reads the engines, never the stats. */
+		if (s->row->alg != SIM_ALG_PERFECT)
+			push(s, sc->stats_interval_ms * (double)(i + 1) /
+			    (double)s->nc, EV_SAMPLE, (uint32_t)i);
 	}
 	for (i = 0; i < sc->nmodels; i++)
 		if ((rc = sg_fleet_cursor_new(s->fleet, &s->view[i], &e)) != 0)
@@ -1417,8 +1475,8 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	if ((rc = setup(&s)) != 0)
 		goto out;
 	while (s.fail == 0) {
-		uint32_t ie = s.tree[1];
-		double te = ie != NONE ? s.cs[ie].next : INFINITY, th;
+		uint32_t ie = s.tree[1].i;
+		double te = ie != NONE ? s.tree[1].t : INFINITY, th;
 		ev x;
 
 		th = s.nheap > 0 ? s.heap[0].t : INFINITY;
