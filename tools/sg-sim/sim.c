@@ -159,6 +159,8 @@ typedef struct sim {
 	int		 fail;		/* first error */
 	sg_error	*err;
 
+	hev		*ring;		/* stats samples due, in (t, seq) order */
+	size_t		 ring_head, ring_n;
 	hev		*heap;		/* 4-ary min-heap; heap[-3..-1] pad */
 	hev		*heapmem;	/* allocation, 64-byte aligned */
 	size_t		 nheap, heapcap;
@@ -446,6 +448,58 @@ pop(sim *s)
 	out.t = top.t;
 	out.type = (uint32_t)(top.k >> EV_ABITS) & ((1u << EV_TBITS) - 1);
 	out.a = (uint32_t)top.k & ((1u << EV_ABITS) - 1);
+	return out;
+}
+
+/*
+ * A stats sample of cluster a at t.  Samples recur every stats interval at
+ * staggered phases, so they come due in the order they are scheduled: they
+ * wait in a ring of nc items (one per cluster) instead of the heap, with
+ * the insertion number they would have had there, so that the merged order
+ * is the same.  A sample that would not go last (rounding) uses the heap.
+ */
+static void
+sched_sample(sim *s, double t, uint32_t a)
+{
+	hev *tail;
+
+	if (s->ring_n == s->nc || (s->ring_n > 0 &&
+	    (tail = &s->ring[(s->ring_head + s->ring_n - 1) % s->nc],
+	    t < tail->t))) {
+		push(s, t, EV_SAMPLE, a);
+		return;
+	}
+	if (s->seq > EV_SEQ_MAX) {
+		s->fail = SG_ENOMEM;
+		return;
+	}
+	s->ring[(s->ring_head + s->ring_n++) % s->nc] = (hev){ t,
+	    s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)EV_SAMPLE << EV_ABITS |
+	    a };
+}
+
+/* The next event of the heap or the ring, or NULL. */
+static const hev *
+next_ev(const sim *s, bool *from_ring)
+{
+	const hev *h = s->nheap > 0 ? &s->heap[0] : NULL;
+	const hev *r = s->ring_n > 0 ? &s->ring[s->ring_head] : NULL;
+
+	*from_ring = r != NULL && (h == NULL || ev_less(r, h));
+	return *from_ring ? r : h;
+}
+
+static ev
+pop_ring(sim *s)
+{
+	const hev *r = &s->ring[s->ring_head];
+	ev out;
+
+	out.t = r->t;
+	out.type = EV_SAMPLE;
+	out.a = (uint32_t)r->k & ((1u << EV_ABITS) - 1);
+	s->ring_head = (s->ring_head + 1) % s->nc;
+	s->ring_n--;
 	return out;
 }
 
@@ -1105,7 +1159,8 @@ new_session(sim *s, double t)
 		ss->key = mix(sc->seed ^ mix((uint64_t)id + 1)) | 1;
 		ss->turns = (uint32_t)sim_draw(&ss->rng, &sc->sessions.turns);
 		ss->cls = sim_draw_class(sc, id);
-		snprintf(ss->keybuf, sizeof(ss->keybuf), "s%u", (unsigned)id);
+		ss->keybuf[0] = 's';
+		ss->keybuf[1 + utoa(id, ss->keybuf + 1)] = '\0';
 	}
 	s->live_sessions++;
 	start_turn(s, si, t);
@@ -1286,6 +1341,7 @@ sim_free(sim *s)
 	free(s->drained);
 	free(s->oc);
 	free(s->mark);
+	free(s->ring);
 }
 
 static int
@@ -1301,7 +1357,8 @@ setup_alloc(sim *s)
 	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
-	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL)
+	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
+	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
@@ -1354,8 +1411,8 @@ setup(sim *s)
 		tree_fix(s, i);
 		/* The perfect row reads the engines, never the stats. */
 		if (s->row->alg != SIM_ALG_PERFECT)
-			push(s, sc->stats_interval_ms * (double)(i + 1) /
-			    (double)s->nc, EV_SAMPLE, (uint32_t)i);
+			sched_sample(s, sc->stats_interval_ms *
+			    (double)(i + 1) / (double)s->nc, (uint32_t)i);
 	}
 	for (i = 0; i < sc->nmodels; i++)
 		if ((rc = sg_fleet_cursor_new(s->fleet, &s->view[i], &e)) != 0)
@@ -1425,7 +1482,7 @@ dispatch(sim *s, const ev *x)
 	case EV_SAMPLE:
 		take_sample(s, x->a, x->t);
 		if (busy(s, x->t))
-			push(s, x->t + sc->stats_interval_ms, EV_SAMPLE, x->a);
+			sched_sample(s, x->t + sc->stats_interval_ms, x->a);
 		break;
 	case EV_VISIBLE: {
 		cstate *c = &s->cs[x->a];
@@ -1477,9 +1534,12 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	while (s.fail == 0) {
 		uint32_t ie = s.tree[1].i;
 		double te = ie != NONE ? s.tree[1].t : INFINITY, th;
+		const hev *h;
+		bool ring;
 		ev x;
 
-		th = s.nheap > 0 ? s.heap[0].t : INFINITY;
+		h = next_ev(&s, &ring);
+		th = h != NULL ? h->t : INFINITY;
 		if (isinf(te) && isinf(th))
 			break;
 		if (te <= th) {
@@ -1488,7 +1548,7 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 			set_next(&s, ie);
 			continue;
 		}
-		x = pop(&s);
+		x = ring ? pop_ring(&s) : pop(&s);
 		s.now = x.t;
 		dispatch(&s, &x);
 	}
