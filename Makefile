@@ -157,6 +157,7 @@ $(O)/lib/allocfail.so: tools/allocfail/allocfail.c Makefile
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	    -Wstrict-prototypes -Wmissing-prototypes -fPIC -g -O2 -fno-builtin \
+	    -fno-omit-frame-pointer \
 	    -shared -o $@ tools/allocfail/allocfail.c -ldl -lpthread
 
 # --- tests ----------------------------------------------------------------

@@ -28,6 +28,8 @@
  *   6 injected  failures injected so far
  *   7 live      allocations not yet freed (signed), always kept
  *   8 bytes     their usable bytes (malloc_usable_size(3)), always kept
+ *               (0 in front of libasan, whose malloc_usable_size refuses
+ *               the blocks of its own start-up pool)
  *   9 total     allocations ever
  *  10 fail_ra   return address of the last failed call (the caller)
  *  11 fail_n    the armed allocation number of that failure
@@ -174,6 +176,9 @@ resolve(void)
 	real_valloc = (valloc_fn)dlsym(RTLD_NEXT, "valloc");
 	real_pvalloc = (valloc_fn)dlsym(RTLD_NEXT, "pvalloc");
 	real_usable = (usable_fn)dlsym(RTLD_NEXT, "malloc_usable_size");
+	/* libasan's refuses the blocks of its own start-up pool: no bytes */
+	if (dlsym(RTLD_DEFAULT, "__asan_init") != NULL)
+		real_usable = NULL;
 	if (real_malloc == NULL || real_calloc == NULL ||
 	    real_realloc == NULL || real_free == NULL)
 		abort();
@@ -244,14 +249,15 @@ allocfail_init(void)
 	atomic_store(&ctl[S_FAIL_AT], env_u64("ALLOCFAIL_NTH", 0));
 	atomic_store(&ctl[S_FAIL_RUN], env_u64("ALLOCFAIL_RUN", 1));
 	atomic_store(&ctl[S_PID], (uint64_t)getpid());
-	atomic_store(&ctl[S_ARMED], env_u64("ALLOCFAIL_ARM", 0));
-	atomic_store(&ctl[S_MAGIC], AF_MAGIC);
 	(void)pthread_atfork(NULL, NULL, on_fork_child);
 	{
 		void *fr[2];
 
 		(void)backtrace(fr, 2);		/* loads the unwinder now */
 	}
+	/* armed last: the shim's own set-up never fails */
+	atomic_store(&ctl[S_ARMED], env_u64("ALLOCFAIL_ARM", 0));
+	atomic_store(&ctl[S_MAGIC], AF_MAGIC);
 }
 
 /*

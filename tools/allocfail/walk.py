@@ -285,18 +285,22 @@ class Walk:
             if not self.plain("warm-up"):
                 return False
             self.idle()
+        # --steady plain requests in a row leaving the same live count
+        # (a few more tries: a scheduling pause can end an idle wait early)
         counts = []
-        for _ in range(self.a.steady):
+        for _ in range(3 * self.a.steady):
             if not self.plain("steady state"):
                 return False
             counts.append(self.idle())
-        self.ref = self.last
-        if None in counts or len(set(counts)) != 1:
-            self.fail("no steady state: live counts after plain requests "
-                      "%s" % counts)
-            return False
-        self.baseline = counts[-1]
-        return True
+            tail = counts[-self.a.steady:]
+            if (len(tail) == self.a.steady and None not in tail and
+                    len(set(tail)) == 1):
+                self.ref = self.last
+                self.baseline = tail[-1]
+                return True
+        self.fail("no steady state: live counts after plain requests %s"
+                  % counts)
+        return False
 
     def count(self):
         ns = []
@@ -318,7 +322,9 @@ class Walk:
         t0 = time.monotonic()
         r = self.request()
         t1 = time.monotonic()
-        busy = self.idle() is None
+        # armed until idle only while the k-th allocation has not come
+        # (it may be in the request's tail: a store write after the reply)
+        busy = self.ctl.get("injected") == 0 and self.idle() is None
         t2 = time.monotonic()
         self.ctl.disarm()
         inj = self.ctl.get("injected")
@@ -444,48 +450,63 @@ class Walk:
             self._dyn[path] = sorted(t)
         return self._dyn[path]
 
-    def frame(self, ra):
-        """One code address: "func file:line" where there is debug
-        information (our programs), "lib:func" where the address is inside
-        an exported function, else "lib+offset"; None for the shim's own
-        frames."""
+    def resolve(self, addrs):
+        """Name the code addresses not named yet: one addr2line per
+        library for all of them ("func file:line" where there is debug
+        information: our programs), else "lib:func" where the address is
+        inside an exported function, else "lib+offset"; None for the
+        shim's own frames."""
         if not hasattr(self, "_frames"):
             self._frames = {}
-        if ra in self._frames:
-            return self._frames[ra]
-        txt = "%#x" % ra
-        for lo, hi, off, path in self.maps():
-            if not lo <= ra < hi:
+        todo = {}
+        for ra in addrs:
+            if ra in self._frames:
                 continue
+            self._frames[ra] = "%#x" % ra
+            for lo, hi, off, path in self.maps():
+                if lo <= ra < hi:
+                    todo.setdefault(path, []).append((ra, ra - lo + off - 1))
+                    break
+        for path, lst in todo.items():
             base = os.path.basename(path)
             if base.startswith("allocfail"):
-                txt = None
-                break
-            rel = ra - lo + off - 1
-            txt = "%s+%#x" % (base.split(".so")[0], rel)
+                for ra, _ in lst:
+                    self._frames[ra] = None
+                continue
+            short = base.split(".so")[0]
+            names = {}
             try:
-                out = subprocess.run(["addr2line", "-f", "-s", "-e",
-                                      path, "%#x" % rel],
+                out = subprocess.run(["addr2line", "-f", "-s", "-e", path] +
+                                     ["%#x" % rel for _, rel in lst],
                                      capture_output=True, text=True,
-                                     timeout=10).stdout.split("\n")
-                if len(out) > 1 and not out[1].startswith("??"):
-                    txt = "%s %s" % (out[0], out[1].split(" ")[0])
-                    break
-            except (OSError, subprocess.SubprocessError):
+                                     timeout=60).stdout.split("\n")
+                for i, (ra, _) in enumerate(lst):
+                    fn, loc = out[2 * i], out[2 * i + 1]
+                    if not loc.startswith("??"):
+                        names[ra] = "%s %s" % (fn, loc.split(" ")[0])
+            except (OSError, subprocess.SubprocessError, IndexError):
                 pass
-            for st, sz, nm in self.dynsyms(path):
-                if st <= rel < st + sz:
-                    txt = "%s:%s" % (base.split(".so")[0], nm)
-                    break
-            break
-        self._frames[ra] = txt
-        return txt
+            syms = self.dynsyms(path) if len(names) < len(lst) else []
+            for ra, rel in lst:
+                txt = names.get(ra)
+                if txt is None:
+                    txt = "%s+%#x" % (short, rel)
+                    for st, sz, nm in syms:
+                        if st <= rel < st + sz:
+                            txt = "%s:%s" % (short, nm)
+                            break
+                self._frames[ra] = txt
+
+    def frame(self, ra):
+        self.resolve([ra])
+        return self._frames[ra]
 
     def in_program(self, rec):
         """True if the failed call came from the program's own code: a
         frame with debug information (the program and its static library)
         inside the event loop's callbacks (frames from event_base_loop out,
         worker_run and main, do not count)."""
+        self.resolve(rec.get("stack") or [])
         for ra in rec.get("stack") or []:
             f = self.frame(ra) or ""
             if "event_base_loop" in f:
@@ -527,6 +548,7 @@ class Walk:
                     print("  k=%d %s %s %s  <- %s" % (
                         s["k"], s["class"], s["status"], s["detail"],
                         self.site(s)))
+        self.resolve([ra for s in self.steps for ra in s.get("stack") or []])
         if self.a.json:
             for s in self.steps:
                 s["site"] = self.site(s) if self.a.sites else ""
@@ -554,7 +576,7 @@ def main():
                    default="any", help="what makes a 2xx body complete")
     w.add_argument("--timeout", type=float, default=10.0,
                    help="seconds one request may take")
-    w.add_argument("--quiet", type=float, default=10.0,
+    w.add_argument("--quiet", type=float, default=5.0,
                    help="ms without allocation activity that count as idle")
     w.add_argument("--warmup", type=int, default=10)
     w.add_argument("--steady", type=int, default=5)
