@@ -157,20 +157,32 @@ pre_msg(const struct run *r)
 
 #define DW_MAX	(4 * SG_ID_MAX + 1024)	/* what dw_decision() may write */
 
+/* The bytes dw_str() copies as they are: printable ASCII but '"', '\\'. */
+static const unsigned char dw_plain[256] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
+	/* 0x80 and up: 0 */
+};
+
 /* Append s if it is printable ASCII without '"' or '\\'; false if not. */
 static bool
 dw_str(char **p, const char *end, const char *s)
 {
-	char *q = *p;
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = 0;
 
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || q >= end)
-			return false;
-		*q++ = (char)c;
-	}
-	*p = q;
+	while (dw_plain[u[n]])
+		n++;
+	if (u[n] != '\0' || (size_t)(end - *p) < n)
+		return false;
+	memcpy(*p, s, n);
+	*p += n;
 	return true;
 }
 

@@ -500,6 +500,24 @@ rs_special(uint64_t w)
 	    w) & high;
 }
 
+/*
+ * The index in w's bytes (as memcpy() read them) of the first byte
+ * rs_special() flags; exact on a little-endian machine, where a borrow
+ * only ever flags bytes after a true one.  Elsewhere 0: the caller then
+ * steps byte by byte.
+ */
+static size_t
+rs_first(uint64_t m)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (size_t)__builtin_ctzll(m) >> 3;
+#else
+	(void)m;
+	return 0;
+#endif
+}
+
 /* The string at s[i] == '"' (raw; escapes checked only for their
  * backslash-quote framing here, decoded by rs_decode()). */
 static int
@@ -507,18 +525,23 @@ rs_string(struct rscan *c, struct rstr *out)
 {
 	size_t i = c->i + 1, start = i, n = c->n;
 	bool high = false;
-	uint64_t w;
+	uint64_t w, m;
 
 	out->esc = false;
 	for (;;) {
-		while (i + 8 <= n) {
+		for (;;) {
+			if (i + 8 > n) {
+				if (i >= n)
+					return RS_NO;
+				break;		/* the last bytes, one at a time */
+			}
 			memcpy(&w, c->s + i, 8);
-			if (rs_special(w) != 0)
+			if ((m = rs_special(w)) != 0) {
+				i += rs_first(m);
 				break;
+			}
 			i += 8;
 		}
-		if (i >= n)
-			return RS_NO;
 		{
 			unsigned char ch = (unsigned char)c->s[i];
 
@@ -822,12 +845,22 @@ rs_field(const struct rstr *k)
 
 	if (k->esc)
 		return -1;
-	for (f = 0; f < RF_NFIELDS; f++)
-		if (rf_names[f].len == k->len &&
-		    rf_names[f].name[0] == k->p[0] &&
-		    memcmp(rf_names[f].name, k->p, k->len) == 0)
-			return f;
-	return -1;
+	/* the one candidate of each length (the third byte tells two
+	 * apart), then one compare */
+	switch (k->len) {
+	case 5:		f = RF_MODEL;					break;
+	case 8:		f = RF_PRIORITY;				break;
+	case 10:	f = k->p[2] == 'q' ? RF_REQUEST_ID : RF_ELAPSED; break;
+	case 11:	f = k->p[2] == 'u' ? RF_ROUTING_KEY : RF_MAX_WAIT; break;
+	case 12:	f = RF_INPUT_TOKENS;				break;
+	case 14:	f = k->p[2] == 'u' ? RF_METHOD : RF_SLO;	break;
+	case 15:	f = RF_LAST;					break;
+	case 18:	f = RF_CACHE_KEY;				break;
+	case 20:	f = RF_EXCLUDED;				break;
+	default:	return -1;
+	}
+	return rf_names[f].len == k->len &&
+	    memcmp(rf_names[f].name, k->p, k->len) == 0 ? f : -1;
 }
 
 /* One member's value at the cursor, for field f. */
