@@ -335,6 +335,8 @@ class Walk:
                "stack": self.ctl.stack() if inj else [],
                "req_ms": round((t1 - t0) * 1000, 1),
                "idle_ms": round((t2 - t1) * 1000, 1)}
+        if r[0] != "ok" and alive(self.a.pid):
+            time.sleep(0.05)    # a crashing process may still be exiting
         if not alive(self.a.pid):
             rec["class"] = "crash"
         elif rec["class"] in ("closed", "refused") and self.in_program(rec):
