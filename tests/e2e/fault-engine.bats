@@ -286,6 +286,29 @@ cut_req() {
 	proxy_idle
 }
 
+@test "router, --upstream-client curl: the same bounds and answers (never answers: 504 at the timeout; a body cut short or a bad chunk: what came, then a close)" {
+	start_fault A --mode hang --events 3 --interval-ms 10
+	clusters A
+	lb_simple pulsar
+	start_proxy --upstream-client curl --upstream-timeout-ms "$UT"
+	req
+	show
+	[ "$STATUS" = 504 ]
+	[ "$CODE" = upstream_timeout ]
+	[ "$MS" -ge $((UT - 50)) ]
+	[ "$MS" -lt $((UT + 3000)) ]
+	engine_saw_close 1
+	fmode short-cl
+	cut_req
+	[ "$BODY" = '{"id":"chatcmpl-cut",' ] || { show; return 1; }
+	fmode bad-chunk
+	REQ_BODY=$SCHAT cut_req
+	[ "$BODY" = 'data: {"i": 0}' ] || { show; return 1; }
+	[ "$(attempts proxy_504)" = 1 ]
+	[ "$(attempts proxy_502)" = 2 ]
+	proxy_idle
+}
+
 # --- all role ---------------------------------------------------------------------
 
 # acreq [curl options]: a client request of the all role (public model id
