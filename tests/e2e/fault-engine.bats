@@ -149,6 +149,31 @@ cut_req() {
 	proxy_idle
 }
 
+@test "router: an engine that resets the connection while a large body is being sent is retried on another cluster, which gets the whole body" {
+	start_fault A --mode close-unread
+	start_fault B --mode ok
+	clusters A B
+	lb_simple pulsar
+	start_proxy --upstream-timeout-ms "$UT"
+	local want
+	# 4 MB: more than the socket buffers hold, so the reset meets the send
+	head -c 3000000 /dev/urandom | base64 -w 76 |
+	    jq -Rsc '{model: "dummy-model", messages: [{role: "user", content: .}]}' >"$T/big.json"
+	STATUS=$(curl -sS --max-time 20 -o "$T/big.out" -D "$T/h" -w '%{http_code}' \
+	    -H 'x-request-id: r-big' -H 'x-model: dummy-model' \
+	    -H 'x-input-tokens: 100' -H "$KEY" -H 'content-type: application/json' \
+	    --data-binary @"$T/big.json" "$PROXY_URL/v1/chat/completions")
+	[ "$STATUS" = 200 ] || { cat "$T/h" "$T/big.out"; return 1; }
+	[ "$(hdr x-stargate-cluster-id)" = B ]
+	want=$(sha256sum <"$T/big.json" | cut -d' ' -f1)
+	[ "$(events B last_body_sha256)" = "$want" ]
+	[ "$(events A requests)" = 1 ]
+	grep 'upstream attempt failed' "$T/proxy.err" | grep -q 'cluster_id=A'
+	[ "$(msum stargate_proxy_retries_total 'reason="connect_failover"')" = 1 ]
+	[ "$(attempts proxy_502)" = 1 ]
+	proxy_idle
+}
+
 @test "router: an engine that closes before any byte with no other cluster left is 503 overloaded_error, counted no_eligible_backend" {
 	start_fault A --mode close
 	clusters A
