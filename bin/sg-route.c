@@ -29,12 +29,14 @@
  * json_loadb, which decides and words every error (--reference-reader,
  * for tests, always takes that path).  A snapshot line identical to the
  * last one applied is not parsed again.  Decisions are written by a
- * bounded hand-written writer into stdout's 1 MiB buffer (the same bytes
+ * bounded hand-written writer straight into a 1 MiB batch that goes to
+ * stdout in one fwrite (struct obuf; the same bytes
  * as the jansson rendering, which it falls back to for anything it does
  * not write itself: --explain, strings that need escaping or are not
  * ASCII, milliseconds that are not whole; --reference-writer, for tests,
- * always takes the jansson path).  Output is flushed before every read
- * that may block and before every message on stderr, so a consumer sees
+ * always takes the jansson path, after the batch so far).  Output is
+ * flushed before every read that may block and before every message on
+ * stderr, so a consumer sees
  * each decision before sg-route waits for more input, and messages keep
  * their place among the decisions.
  *
@@ -129,6 +131,12 @@ struct opts {
 
 /* --- deciding ------------------------------------------------------------- */
 
+/* The stream's output batch: decisions in order, for one fwrite. */
+struct obuf {
+	char		*buf;
+	size_t		 len, cap;
+};
+
 struct run {
 	struct opts	*o;
 	sg_lbconf	*conf;
@@ -143,14 +151,30 @@ struct run {
 	char		*lastsnap;	/* the last snapshot-only line applied */
 	size_t		 lastsnap_len;
 	sg_request	 req;		/* scanned stream requests (reused) */
+	struct obuf	*out;		/* stream_fast()'s batch, or NULL */
 };
+
+/* Hand the batch to stdout (one fwrite); EOF on a write error. */
+static int
+ob_flush(struct obuf *ob)
+{
+	size_t n;
+
+	if (ob == NULL || ob->len == 0)
+		return 0;
+	n = ob->len;
+	ob->len = 0;
+	return fwrite_unlocked(ob->buf, 1, n, stdout) == n ? 0 : EOF;
+}
 
 /* Flush the decisions so far before a message (fast path: buffered). */
 static void
 pre_msg(const struct run *r)
 {
-	if (r->fast)
+	if (r->fast) {
+		(void)ob_flush(r->out);
 		(void)fflush(stdout);
+	}
 }
 
 /* --- the decision writer -------------------------------------------------- */
@@ -329,13 +353,29 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 			pre_msg(r);
 			return cli_report(source, line, lrc, &err, true);
 		}
-		if (!r->o->explain && !r->o->refwriter &&
+		if (!r->o->explain && !r->o->refwriter && r->out != NULL) {
+			struct obuf *ob = r->out;
+
+			if (ob->cap - ob->len < DW_MAX && ob_flush(ob) != 0)
+				return cli_write_error();
+			if ((n = dw_decision(ob->buf + ob->len, &d, req,
+			    elapsed)) > 0) {
+				ob->len += n;
+				if (r->stream && (ob_flush(ob) != 0 ||
+				    fflush(stdout) == EOF))
+					return cli_write_error();
+				goto next;
+			}
+		} else if (!r->o->explain && !r->o->refwriter &&
 		    (n = dw_decision(buf, &d, req, elapsed)) > 0) {
 			if (fwrite_unlocked(buf, 1, n, stdout) != n ||
 			    (r->stream && fflush(stdout) == EOF))
 				return cli_write_error();
 			goto next;
 		}
+		/* the jansson path: after the decisions batched so far */
+		if (ob_flush(r->out) != 0)
+			return cli_write_error();
 		if ((obj = cli_decision_json(&d, req, elapsed)) == NULL) {
 			rc = cli_oom();
 			goto out;
@@ -505,6 +545,7 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 
 struct rd {
 	int		 fd;
+	struct obuf	*out;		/* flushed before a read */
 	char		*buf;		/* RD_CHUNK + SG_MAX_RECORD + 1 bytes */
 	size_t		 cap, start, end;
 	bool		 eof;
@@ -527,7 +568,7 @@ rd_fill(struct rd *d)
 		d->end -= d->start;
 		d->start = 0;
 	}
-	if (fflush(stdout) == EOF)
+	if (ob_flush(d->out) != 0 || fflush(stdout) == EOF)
 		return -2;
 	do
 		n = read(d->fd, d->buf + d->end, d->cap - 1 - d->end);
@@ -661,6 +702,7 @@ static int
 stream_fast(struct run *r, const char *path, bool *bad)
 {
 	const char *source = cli_source_name(path);
+	struct obuf ob;
 	struct rd d;
 	json_error_t jerr;
 	json_t *rec;
@@ -674,12 +716,16 @@ stream_fast(struct run *r, const char *path, bool *bad)
 	if ((f = cli_open_input(path)) == NULL)
 		return EX_NOINPUT;
 	memset(&d, 0, sizeof(d));
+	memset(&ob, 0, sizeof(ob));
 	d.fd = fileno(f);
 	d.cap = RD_CHUNK + SG_MAX_RECORD + 1;
-	if ((d.buf = malloc(d.cap)) == NULL) {
+	ob.cap = RD_CHUNK;
+	if ((d.buf = malloc(d.cap)) == NULL ||
+	    (ob.buf = malloc(ob.cap)) == NULL) {
 		rc = cli_oom();
 		goto out;
 	}
+	d.out = r->out = &ob;
 	while ((got = rd_line(&d, &line, &len, &toolong)) == 1) {
 		lineno++;
 		if (toolong) {
@@ -735,6 +781,11 @@ stream_fast(struct run *r, const char *path, bool *bad)
 		rc = cli_read_failed(-1, source);
 	}
 out:
+	/* what was decided goes out, whatever ended the stream */
+	if (ob_flush(&ob) != 0 && rc == 0)
+		rc = cli_write_error();
+	r->out = NULL;
+	free(ob.buf);
 	free(d.buf);
 	cli_close_input(f);
 	return rc;
