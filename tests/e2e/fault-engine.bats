@@ -209,6 +209,18 @@ cut_req() {
 	proxy_idle
 }
 
+@test "router: a Content-Length body that stalls is cut at --upstream-timeout-ms: the bytes sent, then a close short of it, counted proxy_504" {
+	router cl-stall
+	cut_req -H "$KEY"
+	[ "$STATUS" = 200 ]
+	[ "$BODY" = '{"id":"chatcmpl-cut",' ] || { show; return 1; }
+	[ "$MS" -ge $((UT - 50)) ]
+	[ "$MS" -lt $((UT + 3000)) ]
+	[ "$(attempts proxy_504)" = 1 ]
+	engine_saw_close 1
+	proxy_idle
+}
+
 @test "router: a chunked body cut mid-chunk ends without the last chunk, after the bytes the engine sent" {
 	router short-chunk
 	cut_req -H "$KEY"
@@ -404,7 +416,7 @@ all_on_a() {
 	cp "$T/h.a" "$T/h"
 }
 
-@test "all: a unary JSON answer cut short (headers then EOF, Content-Length body short) is a clean 502 upstream_error" {
+@test "all: a unary JSON answer cut short (headers then EOF, Content-Length body short) is a clean 502 upstream_error, one that stalls a 504 at the timeout" {
 	local m n=0
 	for m in headers-eof short-cl; do
 		all_on_a "$m"
@@ -417,6 +429,13 @@ all_on_a() {
 		[ "$(attempts proxy_502)" = "$n" ]
 		proxy_idle
 	done
+	all_on_a cl-stall
+	echo "cl-stall: status=$STATUS rc=$RC body=$BODY"
+	[ "$STATUS" = 504 ]
+	[ "$(jq -r .code <<<"$BODY")" = upstream_timeout ]
+	[ "$(attempts proxy_504)" = 1 ]
+	engine_saw_close 1
+	proxy_idle
 }
 
 @test "all: a chunked answer cut mid-chunk or by a bad chunk size ends without the last chunk, after what came" {
