@@ -7,7 +7,10 @@
  * the simple model sit in a binary min-heap ordered by (done time, sequence
  * number); the step model keeps its admitted sequences in an array in
  * admission order.  The KV cache is an entry pool with an intrusive LRU list
- * and an open-addressing (linear probing, backward-shift delete) index.
+ * and an open-addressing (linear probing, backward-shift delete) index whose
+ * slots hold their keys; a caller that remembers a key's entry (eng_info
+ * .entry, passed back as eng_req.hint) skips the index when the entry still
+ * holds that key (removed entries hold key 0).
  *
  * Reentrancy: callbacks may submit to or cancel on the same engine, which can
  * grow the record pool.  Every handler therefore finishes its state changes
@@ -27,6 +30,7 @@ typedef struct rec {
 	uint64_t	 key;
 	const uint64_t	*blocks;
 	uint32_t	 nblocks;
+	uint32_t	 hint;		/* eng_req.hint */
 	uint32_t	 next;		/* queue link or free list */
 	uint32_t	 entry;		/* pinned key entry, or ENG_NONE */
 	uint64_t	 prefill_left;	/* step model */
@@ -210,6 +214,16 @@ kv_find(const kvcache *kv, uint64_t key)
 	}
 }
 
+/* kv_find, trying the caller's hint (entry + 1) first: a live entry with
+ * the key is the key's only entry (a removed one has key 0). */
+static uint32_t
+kv_find_hint(const kvcache *kv, uint64_t key, uint32_t hint)
+{
+	if (hint != 0 && hint - 1 < kv->nent && kv->ent[hint - 1].key == key)
+		return hint - 1;
+	return kv_find(kv, key);
+}
+
 static void
 kv_tab_put(kvcache *kv, uint64_t key, uint32_t x)
 {
@@ -309,6 +323,7 @@ kv_remove(kvcache *kv, uint32_t x)
 	kv_unlink(kv, x);
 	kv->used -= kv->ent[x].tokens;
 	kv->ent[x].tokens = 0;
+	kv->ent[x].key = 0;		/* no hint finds it */
 	kv->ent[x].next = kv->free_head;
 	kv->free_head = x;
 	kv->count--;
@@ -456,7 +471,7 @@ cache_admit(eng *e, rec *q)
 
 	if (e->kv.cap > 0) {
 		if (q->key != 0) {
-			x = kv_find(&e->kv, q->key);
+			x = kv_find_hint(&e->kv, q->key, q->hint);
 			if (x == ENG_NONE)
 				x = kv_insert(&e->kv, q->key);
 			if (x != ENG_NONE) {
@@ -464,6 +479,7 @@ cache_admit(eng *e, rec *q)
 				e->kv.ent[x].pin++;
 				cached = e->kv.ent[x].tokens;
 				q->entry = x;
+				q->info.entry = x + 1;
 			}
 		} else {
 			for (i = 0; i < q->nblocks; i++) {
@@ -1121,6 +1137,7 @@ eng_submit(eng *e, double now, const eng_req *r, uint32_t *handle)
 	q->key = r->key;
 	q->blocks = r->blocks;
 	q->nblocks = r->blocks != NULL ? r->nblocks : 0;
+	q->hint = r->key != 0 ? r->hint : 0;
 	q->info.udata = r->udata;
 	q->info.arrive_ms = now;
 	q->info.input_tokens = r->input_tokens;
@@ -1358,7 +1375,7 @@ eng_cached_prefix(const eng *e, const eng_req *r)
 	if (e->kv.cap == 0)
 		return 0;
 	if (r->key != 0) {
-		if ((x = kv_find(&e->kv, r->key)) != ENG_NONE)
+		if ((x = kv_find_hint(&e->kv, r->key, r->hint)) != ENG_NONE)
 			cached = e->kv.ent[x].tokens;
 	} else if (r->blocks != NULL) {
 		for (i = 0; i < r->nblocks; i++) {

@@ -81,6 +81,9 @@ typedef struct eng_req {
 	uint64_t	 input_tokens;	/* >= 1 */
 	uint64_t	 output_tokens;	/* >= 1 */
 	void		*udata;		/* handed back in callbacks */
+	uint32_t	 hint;		/* eng_info.entry of an earlier request
+					   with this key on this engine, or 0:
+					   a cheaper lookup, same result */
 } eng_req;
 
 /* What the callback sees (a copy: valid during the callback only). */
@@ -99,6 +102,8 @@ typedef struct eng_info {
 	uint32_t	 evicted_entries; /* cache entries this request evicted */
 	uint64_t	 evicted_tokens;
 	bool		 hit;		/* cached_tokens > 0 */
+	uint32_t	 entry;		/* the key's cache entry + 1 (0: none),
+					   for eng_req.hint */
 } eng_info;
 
 /* Totals since creation, for /metrics. */

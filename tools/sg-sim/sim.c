@@ -116,6 +116,7 @@ typedef struct sess {
 	uint32_t	ts;		/* trace session, or NONE */
 	char		keybuf[24];	/* generated: "s<id>" */
 	int16_t		seen[SEEN];	/* last clusters that served it, -1 */
+	uint32_t	hint[SEEN];	/* its cache entry there (eng_req.hint) */
 	bool		seen_over;	/* more than SEEN: any may hold it */
 } sess;
 
@@ -147,6 +148,7 @@ typedef struct sim {
 	bool		*drained;
 	orc_cand	*oc;		/* perfect row: per cluster */
 	uint32_t	*mark;		/* perfect row: served the session */
+	uint32_t	*markhint;	/* ... its entry there (eng_req.hint) */
 	uint32_t	 mark_stamp;
 	double		 svc_sum;	/* perfect row: admission to done */
 	uint64_t	 svc_n;
@@ -812,8 +814,10 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		memset(s->mark, 0, s->nc * sizeof(*s->mark));
 		stamp = s->mark_stamp = 1;
 	}
-	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++)
+	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++) {
 		s->mark[ss->seen[k]] = stamp;
+		s->markhint[ss->seen[k]] = ss->hint[k];
+	}
 	for (k = 0; k < n; k++) {
 		size_t i = idx[k];
 		orc_cand *o = &s->oc[k];
@@ -825,6 +829,7 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		}
 		eng_load_get(s->cs[i].e, t, &l);
 		o->eligible = true;
+		q.hint = s->mark[i] == stamp ? s->markhint[i] : 0;
 		o->cached = ss->seen_over || s->mark[i] == stamp ?
 		    eng_cached_prefix(s->cs[i].e, &q) : 0;
 		o->backlog = l.backlog;
@@ -924,15 +929,32 @@ static void
 seen_add(sess *ss, size_t i)
 {
 	size_t j, k;
+	uint32_t hint;
 
 	for (j = 0; j < SEEN - 1 && ss->seen[j] >= 0 &&
 	    (size_t)ss->seen[j] != i; j++)
 		;
 	if (j == SEEN - 1 && ss->seen[j] >= 0 && (size_t)ss->seen[j] != i)
 		ss->seen_over = true;
-	for (k = j; k > 0; k--)
+	hint = ss->seen[j] >= 0 && (size_t)ss->seen[j] == i ? ss->hint[j] : 0;
+	for (k = j; k > 0; k--) {
 		ss->seen[k] = ss->seen[k - 1];
+		ss->hint[k] = ss->hint[k - 1];
+	}
 	ss->seen[0] = (int16_t)i;
+	ss->hint[0] = hint;
+}
+
+/* The session's remembered entry on cluster i, or 0. */
+static uint32_t
+seen_hint(const sess *ss, size_t i)
+{
+	size_t k;
+
+	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++)
+		if ((size_t)ss->seen[k] == i)
+			return ss->hint[k];
+	return 0;
 }
 
 /*
@@ -949,6 +971,7 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
 	const sess *ss = &s->ss[r->sess];
 	uint64_t best = 0, v;
 	size_t k, n = ss->seen_over ? s->ncand[m] : SEEN;
+	eng_req qh = *q;
 
 	for (k = 0; k < n; k++) {
 		size_t i;
@@ -961,7 +984,8 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
 			continue;
 		if (excluded(r, i))
 			continue;
-		if ((v = eng_cached_prefix(s->cs[i].e, q)) > best)
+		qh.hint = ss->seen_over ? seen_hint(ss, i) : ss->hint[k];
+		if ((v = eng_cached_prefix(s->cs[i].e, &qh)) > best)
 			best = v;
 		if (i == chosen)
 			*took = v;
@@ -1001,6 +1025,7 @@ route(sim *s, uint32_t ri, double t)
 				.input_tokens = r->input,
 				.output_tokens = r->output,
 				.udata = (void *)(uintptr_t)(ri + 1),
+				.hint = seen_hint(&s->ss[r->sess], i),
 			};
 			uint64_t took = 0, best = 0;
 			uint32_t h;
@@ -1145,6 +1170,7 @@ new_session(sim *s, double t)
 	ss->last = -1;
 	ss->ts = NONE;
 	memset(ss->seen, 0xff, sizeof(ss->seen));
+	memset(ss->hint, 0, sizeof(ss->hint));
 	ss->seen_over = false;
 	if (sc->has_trace) {
 		const sim_tsess *ts = &sc->trace.sess[s->next_trace];
@@ -1198,6 +1224,12 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	if (event == ENG_FIRST_TOKEN) {
 		double ttft;
 
+		/* Remember the session's cache entry on this engine (its
+		 * most recent cluster: the head of seen). */
+		ss = &s->ss[r->sess];
+		if (ss->seen[0] == r->cluster)
+			ss->hint[0] = info->entry;
+
 		if (!r->counted)
 			return;
 		ttft = info->first_token_ms - r->arrive +
@@ -1244,6 +1276,7 @@ background(sim *s, uint32_t b, double t)
 	q.key = bg->cache ? (rnd(g) | 1) : 0;
 	q.blocks = NULL;
 	q.nblocks = 0;
+	q.hint = 0;
 	q.input_tokens = sim_draw(g, &bg->input);
 	q.output_tokens = sim_draw(g, &bg->output);
 	q.udata = &s->bg_marker;
@@ -1341,6 +1374,7 @@ sim_free(sim *s)
 	free(s->drained);
 	free(s->oc);
 	free(s->mark);
+	free(s->markhint);
 	free(s->ring);
 }
 
@@ -1358,6 +1392,7 @@ setup_alloc(sim *s)
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
 	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
+	    (s->markhint = calloc(s->nc, sizeof(*s->markhint))) == NULL ||
 	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
