@@ -48,7 +48,7 @@ san_clean() {
 	[[ $output == *"soak: ok"* ]]
 	# the curve was sampled all along: a line per second, both proxies
 	[ "$(wc -l <"$T/soak.csv")" -ge 20 ]
-	head -1 "$T/soak.csv" | grep -q 'all_rss_kb,all_fds,router_rss_kb,router_fds'
+	head -1 "$T/soak.csv" | grep -q "all_rss_kb,all_fds,all_live,router_rss_kb,router_fds,router_live"
 	# load went to every kind on both roles
 	local k
 	for k in "all unary 200" "all stream 200" "all session 200" \
