@@ -134,6 +134,17 @@ cut_req() {
 	proxy_idle
 }
 
+@test "router: a client that leaves while the engine hangs has the engine connection closed at once, counted 499" {
+	# a 30 s upstream timeout: the close can only be the client's doing
+	UT=30000 router hang
+	REQ_MAX_TIME=0.3 req -H "$KEY" || true
+	[ "$STATUS" = 000 ]
+	engine_saw_close 1
+	[ "$(msum stargate_requests_total 'status="499"' 'inference_server_id="A"')" = 1 ]
+	[ "$(attempts proxy_504)" = 0 ]
+	proxy_idle
+}
+
 @test "router: an engine that closes before any response byte is retried on another cluster, counted connect_failover" {
 	router close
 	local i
