@@ -19,6 +19,14 @@
 # proxy holds no reservation and no request, and the engine saw its
 # connection closed.
 #
+# The faults: never answers; closes (or resets, mid-body too) before any
+# byte; a connect that hangs (--connect-timeout-ms); headers then EOF; a
+# Content-Length body cut short or stalled; a chunked body cut mid-chunk;
+# an SSE stream closed or stalled mid-stream; a garbage status line, a
+# field line without a colon, a head over 16 KiB, a head that trickles in;
+# a bad chunk size; and a client that leaves while the engine hangs.  The
+# libcurl upstream client (--upstream-client curl) gets a few of them.
+#
 # Routing: router tests route with pulsar and the affinity key s-30, which
 # ranks A (the faulty engine) before B (a healthy sg-mockengine); all-role
 # tests use round-robin, so that of two requests one tries A first.
