@@ -136,3 +136,9 @@ walk() {
 	start_proxy
 	walk metrics --path /metrics --check text
 }
+
+@test "allocation failures, memory exhausted from the k-th allocation on (every later one fails too), unary: never a crash, a hang or a leak, the next request is served" {
+	start_proxy
+	walk exhausted -X POST --path /v1/chat/completions "${H[@]}" -d "$CHAT" \
+	    --check json --run 1000000
+}
