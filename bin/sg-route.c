@@ -126,7 +126,7 @@ struct opts {
 	bool		 headers;
 	bool		 ndjson;
 	bool		 refwriter;	/* decisions through jansson only */
-	bool		 refreader;	/* stream records through jansson only */
+	bool		 refreader;	/* stream records through jansson */
 };
 
 /* --- deciding ------------------------------------------------------------- */

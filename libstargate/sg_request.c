@@ -533,7 +533,7 @@ rs_string(struct rscan *c, struct rstr *out)
 			if (i + 8 > n) {
 				if (i >= n)
 					return RS_NO;
-				break;		/* the last bytes, one at a time */
+				break;	/* the last bytes, one at a time */
 			}
 			memcpy(&w, c->s + i, 8);
 			if ((m = rs_special(w)) != 0) {
@@ -850,8 +850,10 @@ rs_field(const struct rstr *k)
 	switch (k->len) {
 	case 5:		f = RF_MODEL;					break;
 	case 8:		f = RF_PRIORITY;				break;
-	case 10:	f = k->p[2] == 'q' ? RF_REQUEST_ID : RF_ELAPSED; break;
-	case 11:	f = k->p[2] == 'u' ? RF_ROUTING_KEY : RF_MAX_WAIT; break;
+	case 10:	f = k->p[2] == 'q' ? RF_REQUEST_ID : RF_ELAPSED;
+		break;
+	case 11:	f = k->p[2] == 'u' ? RF_ROUTING_KEY : RF_MAX_WAIT;
+		break;
 	case 12:	f = RF_INPUT_TOKENS;				break;
 	case 14:	f = k->p[2] == 'u' ? RF_METHOD : RF_SLO;	break;
 	case 15:	f = RF_LAST;					break;

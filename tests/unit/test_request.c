@@ -1179,17 +1179,23 @@ test_scan_json_gives_up_on_duplicates_errors_and_unusual_forms(
 		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":01}",
 		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,}",
 		"{\"request_id\":\"a\" \"model\":\"m\",\"input_tokens\":1}",
-		"{\"request_id\":\"a\\u0000\",\"model\":\"m\",\"input_tokens\":1}",
-		"{\"request_id\":\"a\\ud800\",\"model\":\"m\",\"input_tokens\":1}",
-		"{\"request_id\":\"a\\udc00\",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\\u0000\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\ud800\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\udc00\",\"model\":\"m\","
+		"\"input_tokens\":1}",
 		"{\"request_id\":\"a\\ud800\\u0041\",\"model\":\"m\","
 		"\"input_tokens\":1}",
 		"{\"request_id\":\"a\\x\",\"model\":\"m\",\"input_tokens\":1}",
-		"{\"request_id\":\"a\\u12\",\"model\":\"m\",\"input_tokens\":1}",
-		"{\"request_id\":\"a\xc0\x80\",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\\u12\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\xc0\x80\",\"model\":\"m\","
+		"\"input_tokens\":1}",
 		"{\"request_id\":\"a\xed\xa0\x80\",\"model\":\"m\","
 		"\"input_tokens\":1}",
-		"{\"request_id\":\"a\xe6\x97\",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\xe6\x97\",\"model\":\"m\","
+		"\"input_tokens\":1}",
 		"{\"request_id\":\"a\x01\",\"model\":\"m\",\"input_tokens\":1}",
 		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1\x0b}",
 		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1",
