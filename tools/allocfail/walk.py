@@ -521,7 +521,8 @@ class Walk:
             if "event_base_loop" in f:
                 return False
             if ".c:" in f:
-                return True
+                src = f.split(" ")[-1].split(":")[0]
+                return src not in self.a.front_end
         return False
 
     def site(self, rec):
@@ -603,6 +604,10 @@ def main():
     w.add_argument("--skip", action="append", default=[],
                    metavar="LIB:FUNC", help="never fail a call made from "
                    "FUNC of the library whose file name contains LIB")
+    w.add_argument("--front-end", action="append", default=[],
+                   metavar="FILE.c", help="the program's own HTTP server "
+                   "source: a failure whose innermost program frame is in "
+                   "it counts as the front end's (closed, refused pass)")
     w.add_argument("--json", help="write the per-step record here")
     a = ap.parse_args()
     if a.cmd == "status":
