@@ -870,3 +870,22 @@ odd_stream() {
 	[[ $stderr == *":41: \\u0000 is not allowed"* ]]
 	[[ $stderr == *":65: unable to decode byte 0xff"* ]]
 }
+
+@test "route-vs-jq.sh: every sg-route run's output is checked byte for byte; a difference fails the comparison" {
+	local bench=$BATS_TEST_DIRNAME/../../tools/sg-bench/route-vs-jq.sh
+	run -0 sh "$bench" -b "$BIN" -n 300 -c 8 -r 1
+	[[ $output == *"ratio sg-route / jq (medians): "* ]]
+	[[ $output == *"output: every sg-route run byte-identical"* ]]
+	# an sg-route whose fast path prints one different byte
+	mkdir "$BATS_TEST_TMPDIR/fake"
+	cat >"$BATS_TEST_TMPDIR/fake/sg-route" <<-FAKE
+	#!/bin/sh
+	case "\$*" in
+	*reference*) exec "$ROUTE" "\$@" ;;
+	esac
+	"$ROUTE" "\$@" | sed 's/req-000042/req-00004X/'
+	FAKE
+	chmod +x "$BATS_TEST_TMPDIR/fake/sg-route"
+	run -1 --separate-stderr sh "$bench" -b "$BATS_TEST_TMPDIR/fake" -n 300 -c 8 -r 1 -k "$BATS_TEST_TMPDIR/keep"
+	[[ $stderr == *"output: DIFFERS"* ]]
+}
