@@ -702,7 +702,10 @@ rs_value_str(sg_request *r, struct rscan *c, const char **out)
 	if (!v.esc) {
 		s = v.p;
 		len = v.len;
-		sg_trim(&s, &len);
+		/* sg_trim()'s white space is all at or below ' ' */
+		if (len == 0 || (unsigned char)s[0] <= ' ' ||
+		    (unsigned char)s[len - 1] <= ' ')
+			sg_trim(&s, &len);
 		if (len == 0)
 			return 0;
 		if ((q = store_reserve(r, len)) == NULL)
