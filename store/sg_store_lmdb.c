@@ -2099,7 +2099,7 @@ bus_handler(int sig, siginfo_t *si, void *uc)
 {
 	sigjmp_buf *jb = bus_guard;
 
-	if (jb != NULL && si != NULL && si->si_code > 0) {
+	if (jb != NULL && (si == NULL || si->si_code > 0)) {
 		bus_guard = NULL;
 		siglongjmp(*jb, 1);
 	}
@@ -2124,17 +2124,28 @@ bus_install(void)
 {
 	struct sigaction sa, cur;
 
+	bool ours;
+
 	pthread_mutex_lock(&bus_mu);
-	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
-	    ((cur.sa_flags & SA_SIGINFO) == 0 ||
-	    cur.sa_sigaction != bus_handler)) {
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_sigaction = bus_handler;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-		sigemptyset(&sa.sa_mask);
-		if (sigaction(SIGBUS, &sa, &cur) == 0)
-			bus_prev = cur;
-	}
+	if (sigaction(SIGBUS, NULL, &cur) != 0)
+		goto out;
+	/* Ours, put back by someone who saved it with signal(): no
+	 * SA_SIGINFO, and the handler it chains to is still the one saved. */
+	ours = (cur.sa_flags & SA_SIGINFO) != 0 ?
+	    cur.sa_sigaction == bus_handler :
+	    cur.sa_handler == (void (*)(int))(void (*)(void))bus_handler;
+	if (ours && (cur.sa_flags & SA_SIGINFO) != 0)
+		goto out;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = bus_handler;
+	/* SA_NODEFER: the jump out does not restore a signal mask (saving
+	 * one would cost a system call per lookup), so SIGBUS must not be
+	 * blocked while the handler runs. */
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &cur) == 0 && !ours)
+		bus_prev = cur;
+out:
 	pthread_mutex_unlock(&bus_mu);
 }
 
