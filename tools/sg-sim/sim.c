@@ -120,8 +120,9 @@ typedef struct sess {
 	bool		seen_over;	/* more than SEEN: any may hold it */
 } sess;
 
+/* A request: what every event reads (one cache line), and beside it in a
+ * parallel array what only a router decision reads. */
 typedef struct sreq {
-	sg_request	q;
 	double		arrive;
 	double		selected;
 	uint64_t	input, output;
@@ -130,11 +131,15 @@ typedef struct sreq {
 	int32_t		last;
 	uint32_t	retries;
 	uint32_t	nexcl;
-	int32_t		excl[SIM_MAX_RETRIES + 1];
-	bool		counted;
 	uint32_t	next_free;
-	char		id[96];
+	bool		counted;
 } sreq;
+
+typedef struct sreq_cold {
+	sg_request	q;
+	int32_t		excl[SIM_MAX_RETRIES + 1];
+	char		id[96];
+} sreq_cold;
 
 typedef struct sim {
 	const scenario	*sc;
@@ -170,6 +175,7 @@ typedef struct sim {
 	sess		*ss;
 	uint32_t	 nss, sscap, ss_free;
 	sreq		*rq;
+	sreq_cold	*rqc;		/* rq's cold half, same index */
 	uint32_t	 nrq, rqcap, rq_free;
 
 	uint64_t	 arrivals_rng;
@@ -550,10 +556,14 @@ req_new(sim *s)
 	if (s->nrq == s->rqcap) {
 		uint32_t n = s->rqcap ? s->rqcap * 2 : 1024;
 		sreq *p = realloc(s->rq, (size_t)n * sizeof(*p));
+		sreq_cold *pc;
 
 		if (p == NULL)
 			return NONE;
 		s->rq = p;
+		if ((pc = realloc(s->rqc, (size_t)n * sizeof(*pc))) == NULL)
+			return NONE;
+		s->rqc = pc;
 		s->rqcap = n;
 	}
 	return s->nrq++;
@@ -782,12 +792,13 @@ end_request(sim *s, uint32_t ri, bool end_session)
 }
 
 static bool
-excluded(const sreq *r, size_t i)
+excluded(const sim *s, const sreq *r, size_t i)
 {
+	const int32_t *excl = s->rqc[r - s->rq].excl;
 	uint32_t k;
 
 	for (k = 0; k < r->nexcl; k++)
-		if (r->excl[k] == (int32_t)i)
+		if (excl[k] == (int32_t)i)
 			return true;
 	return false;
 }
@@ -823,7 +834,7 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		orc_cand *o = &s->oc[k];
 		eng_load l;
 
-		if (excluded(r, i)) {
+		if (excluded(s, r, i)) {
 			o->eligible = false;
 			continue;
 		}
@@ -884,6 +895,7 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	const sg_snapshot *snap;
 	sg_error e;
 	sreq *r = &s->rq[ri];
+	sreq_cold *cold = &s->rqc[ri];
 	uint32_t k;
 	int rc;
 
@@ -894,30 +906,31 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	}
 	cl = &sc->classes[s->ss[r->sess].cls];
 	for (k = 0; k < r->nexcl; k++)
-		excl[k] = sc->clusters[r->excl[k]].id;
-	r->q.request_id = r->id;
-	r->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
-	r->q.model = cl->model;
-	r->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
-	r->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id : NULL;
-	r->q.excluded = excl;
-	r->q.nexcluded = r->nexcl;
-	r->q.input_tokens = r->input;
-	r->q.priority = sc->sessions.priority;
-	r->q.has_max_wait = sc->has_max_wait;
-	r->q.max_wait_ms = sc->max_wait_ms;
+		excl[k] = sc->clusters[cold->excl[k]].id;
+	cold->q.request_id = cold->id;
+	cold->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
+	cold->q.model = cl->model;
+	cold->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
+	cold->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id :
+	    NULL;
+	cold->q.excluded = excl;
+	cold->q.nexcluded = r->nexcl;
+	cold->q.input_tokens = r->input;
+	cold->q.priority = sc->sessions.priority;
+	cold->q.has_max_wait = sc->has_max_wait;
+	cold->q.max_wait_ms = sc->max_wait_ms;
 	if ((rc = sg_fleet_sync(s->fleet, s->cand[m], s->ncand[m], t,
 	    s->view[m], &snap, &s->view_idx, &e)) != 0) {
 		s->fail = rc;
 		return sg_seterr(s->err, rc, "row %s: %s", s->row->name,
 		    e.text);
 	}
-	rc = sg_router_decide(s->rt, snap, &r->q, t - r->arrive, d, &e);
-	r->q.excluded = NULL;
+	rc = sg_router_decide(s->rt, snap, &cold->q, t - r->arrive, d, &e);
+	cold->q.excluded = NULL;
 	if (rc != 0) {
 		s->fail = SG_EINVAL;
 		return sg_seterr(s->err, SG_EINVAL, "row %s: request %s: %s",
-		    s->row->name, r->id, e.text);
+		    s->row->name, cold->id, e.text);
 	}
 	/* The view holds every candidate (never stale here): view index k
 	 * is candidate k. */
@@ -982,7 +995,7 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
 			break;
 		else if (s->drained[i = (size_t)ss->seen[k]])
 			continue;
-		if (excluded(r, i))
+		if (excluded(s, r, i))
 			continue;
 		qh.hint = ss->seen_over ? seen_hint(ss, i) : ss->hint[k];
 		if ((v = eng_cached_prefix(s->cs[i].e, &qh)) > best)
@@ -1065,7 +1078,7 @@ route(sim *s, uint32_t ri, double t)
 				s->res->retries++;
 			if (r->retries < sc->retries) {
 				r->retries++;
-				r->excl[r->nexcl++] = (int32_t)i;
+				s->rqc[ri].excl[r->nexcl++] = (int32_t)i;
 				continue;
 			}
 		}
@@ -1120,8 +1133,8 @@ start_turn(sim *s, uint32_t si, double t)
 	}
 	ss = &s->ss[si];
 	r = &s->rq[ri];
-	memset(r, 0, offsetof(sreq, id));
-	sg_request_init(&r->q);
+	memset(r, 0, sizeof(*r));
+	sg_request_init(&s->rqc[ri].q);
 	r->arrive = t;
 	r->input = in;
 	r->output = out;
@@ -1133,12 +1146,13 @@ start_turn(sim *s, uint32_t si, double t)
 	{
 		const char *key = sess_key(s, ss);
 		size_t n = strlen(key);
+		char *id = s->rqc[ri].id;
 
-		memcpy(r->id, key, n);
-		r->id[n++] = '-';
-		r->id[n++] = 't';
-		n += utoa(ss->turn, r->id + n);
-		r->id[n] = '\0';
+		memcpy(id, key, n);
+		id[n++] = '-';
+		id[n++] = 't';
+		n += utoa(ss->turn, id + n);
+		id[n] = '\0';
 	}
 	s->res->simulated++;
 	if (r->counted)
@@ -1364,6 +1378,7 @@ sim_free(sim *s)
 	free(s->heapmem);
 	free(s->ss);
 	free(s->rq);
+	free(s->rqc);
 	free(s->ttft);
 	sg_router_free(s->rt);
 	for (i = 0; i < SIM_MAX_CLASSES; i++) {
