@@ -15,7 +15,11 @@
  * Writes.  sg_store_put() copies the operation into a queue under a mutex
  * and returns; one store thread per handle takes everything queued and
  * applies it in write transactions of at most batch_max operations (group
- * commit: the more writes wait, the fewer pages and fsyncs per write).
+ * commit: the more writes wait, the fewer pages and fsyncs per write).  A
+ * batch that would commit short of batch_max is first topped up with what
+ * was queued meanwhile, so it is cut short only when nothing waits, and
+ * never made to wait.  A put is one descent: MDB_NOOVERWRITE inserts a new
+ * key or leaves the cursor on the old entry, overwritten in place.
  * The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a committed
  * transaction is in the page cache, so a killed process loses nothing it
  * committed and the file is never corrupt; the store thread fsyncs every
@@ -107,6 +111,28 @@
  * every open first checks data.mdb's meta pages, its length and its root
  * pages with pread() (data_check()), refusing a damaged file with
  * SG_ESTORE and a message that says how to recover.
+ *
+ * Faults while open.  LMDB keeps a removed file open, so the store thread
+ * (env_health(), every GEN_POLL_MS, busy or idle, and write_txn() after
+ * such a pause) looks data.mdb up by name; gone, or shorter than it has
+ * been (LMDB never shrinks it), the environment is closed (env_down()):
+ * the store is down, reported by the connected operation, its lookups and
+ * writes fail (the batch that found a removal too).  The next write
+ * (env_enter() reopens, creating the directory, the generation file and
+ * data.mdb as a first open would) makes a new store; lookups and an idle
+ * store thread never create one, they only open a data.mdb that another
+ * process put back.  A cut file stays refused by data_check() until it is
+ * replaced or deleted.  Between a cut and the check a lookup may reach a
+ * page past the end: lookups read under a SIGBUS guard (guarded_get():
+ * sigsetjmp without a mask, a process-wide SA_NODEFER handler installed at
+ * each open that jumps back when the faulting thread has a guard armed
+ * and otherwise passes the signal to the disposition found before), so
+ * the lookup fails and asks the store thread to go down.  LMDB's read path
+ * holds no lock and allocates nothing but the transaction, which the
+ * guard aborts.  Writes are not guarded (a jump out of a write transaction
+ * could leave LMDB's dirty lists half updated): a cut inside a write
+ * transaction, after its check, still faults.  sg-lastcluster(1), FAULTS
+ * WHILE OPEN, is the user's account.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
