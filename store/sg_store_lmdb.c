@@ -1102,15 +1102,17 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 	if (s->env != NULL && env_swapped(s, true) == SW_NO)
 		return 0;
 	locked_hook(s, "reopen");
-	atomic_store(&s->up, false);
 	rtxn_drop(s);
 	if (s->env != NULL) {
 		mdb_env_close(s->env);
 		s->env = NULL;
 	}
-	if ((rc = env_open(s, err)) != 0)
+	/* up stays as it was across a reopen (a compaction's swap is not a
+	 * disconnection, and lookups wait on s->rw meanwhile) */
+	if ((rc = env_open(s, err)) != 0) {
 		s->env_rc = rc;
-	else
+		atomic_store(&s->up, false);
+	} else
 		atomic_fetch_add(&s->reopens, 1);
 	return rc;
 }
