@@ -150,6 +150,16 @@ $(MPROGS): $(O)/bin/%: $$(addprefix $(O)/obj/,$$(subst .c,.o,$$(wildcard bin/$$*
 	@mkdir -p $(@D)
 	$(CC) $(SG_LDFLAGS) -o $@ $(filter %.o,$^) $(O)/libstargate.a $(DEPLIBS)
 
+# The allocation-failure shim (tools/allocfail/README): an LD_PRELOAD
+# object, never sanitized (it sits in front of whichever allocator runs).
+build: $(O)/lib/allocfail.so
+$(O)/lib/allocfail.so: tools/allocfail/allocfail.c Makefile
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
+	    -Wstrict-prototypes -Wmissing-prototypes -fPIC -g -O2 -fno-builtin \
+	    -fno-omit-frame-pointer \
+	    -shared -o $@ tools/allocfail/allocfail.c -ldl -lpthread
+
 # --- tests ----------------------------------------------------------------
 # Unit tests link the library and the tools' shared modules (tools/common/).
 $(O)/tests/%: tests/unit/%.c tests/unit/sg_test.h $(TOOLCOMMON:%.c=$(O)/%.o) $(O)/libstargate.a

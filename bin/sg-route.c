@@ -22,14 +22,21 @@
  * SG_MAX_RECORD bytes is bad input, never an unbounded allocation.
  *
  * Speed (--ndjson).  Lines are read with one read(2) per MiB (memchr for
- * the newlines) and parsed with json_loadb; a snapshot line identical to
- * the last one applied is not parsed again.  Decisions are written by a
- * bounded hand-written writer into stdout's 1 MiB buffer (the same bytes
+ * the newlines).  A {"request": {...}} line is read by a one-pass scan
+ * into a request that is reused from line to line (scan_record(),
+ * sg_request_scan_json()); any other line, and any line the scan does not
+ * take (it gives up on every malformed or unusual form), is parsed with
+ * json_loadb, which decides and words every error (--reference-reader,
+ * for tests, always takes that path).  A snapshot line identical to the
+ * last one applied is not parsed again.  Decisions are written by a
+ * bounded hand-written writer straight into a 1 MiB batch that goes to
+ * stdout in one fwrite (struct obuf; the same bytes
  * as the jansson rendering, which it falls back to for anything it does
  * not write itself: --explain, strings that need escaping or are not
  * ASCII, milliseconds that are not whole; --reference-writer, for tests,
- * always takes the jansson path).  Output is flushed before every read
- * that may block and before every message on stderr, so a consumer sees
+ * always takes the jansson path, after the batch so far).  Output is
+ * flushed before every read that may block and before every message on
+ * stderr, so a consumer sees
  * each decision before sg-route waits for more input, and messages keep
  * their place among the decisions.
  *
@@ -65,6 +72,7 @@ enum {
 	OPT_NDJSON,
 	OPT_VERSION,
 	OPT_REFWRITER,
+	OPT_REFREADER,
 };
 
 static const struct option longopts[] = {
@@ -75,6 +83,7 @@ static const struct option longopts[] = {
 	{ "help",		no_argument,		NULL,	'h' },
 	{ "ndjson",		no_argument,		NULL,	OPT_NDJSON },
 	{ "seed",		required_argument,	NULL,	OPT_SEED },
+	{ "reference-reader",	no_argument,		NULL,	OPT_REFREADER },
 	{ "reference-writer",	no_argument,		NULL,	OPT_REFWRITER },
 	{ "snapshot",		required_argument,	NULL,	's' },
 	{ "until-decided",	no_argument,		NULL,	OPT_UNTIL_DECIDED },
@@ -98,6 +107,7 @@ const char cli_help[] = "\n"
     "      --explain        add the candidate table as \"explain\"\n"
     "      --headers        read the request as HTTP header lines\n"
     "      --ndjson         read {\"snapshot\":...} / {\"request\":...} lines\n"
+    "      --reference-reader  (tests) read stream records through jansson\n"
     "      --reference-writer  (tests) print decisions through jansson\n"
     "  -h, --help           print this help and exit\n"
     "      --version        print the version and exit\n";
@@ -116,9 +126,16 @@ struct opts {
 	bool		 headers;
 	bool		 ndjson;
 	bool		 refwriter;	/* decisions through jansson only */
+	bool		 refreader;	/* stream records through jansson */
 };
 
 /* --- deciding ------------------------------------------------------------- */
+
+/* The stream's output batch: decisions in order, for one fwrite. */
+struct obuf {
+	char		*buf;
+	size_t		 len, cap;
+};
 
 struct run {
 	struct opts	*o;
@@ -133,34 +150,63 @@ struct run {
 	bool		 fast;		/* the buffered stream path */
 	char		*lastsnap;	/* the last snapshot-only line applied */
 	size_t		 lastsnap_len;
+	sg_request	 req;		/* scanned stream requests (reused) */
+	struct obuf	*out;		/* stream_fast()'s batch, or NULL */
 };
+
+/* Hand the batch to stdout (one fwrite); EOF on a write error. */
+static int
+ob_flush(struct obuf *ob)
+{
+	size_t n;
+
+	if (ob == NULL || ob->len == 0)
+		return 0;
+	n = ob->len;
+	ob->len = 0;
+	return fwrite_unlocked(ob->buf, 1, n, stdout) == n ? 0 : EOF;
+}
 
 /* Flush the decisions so far before a message (fast path: buffered). */
 static void
 pre_msg(const struct run *r)
 {
-	if (r->fast)
+	if (r->fast) {
+		(void)ob_flush(r->out);
 		(void)fflush(stdout);
+	}
 }
 
 /* --- the decision writer -------------------------------------------------- */
 
 #define DW_MAX	(4 * SG_ID_MAX + 1024)	/* what dw_decision() may write */
 
+/* The bytes dw_str() copies as they are: printable ASCII but '"', '\\'. */
+static const unsigned char dw_plain[256] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
+	/* 0x80 and up: 0 */
+};
+
 /* Append s if it is printable ASCII without '"' or '\\'; false if not. */
 static bool
 dw_str(char **p, const char *end, const char *s)
 {
-	char *q = *p;
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = 0;
 
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || q >= end)
-			return false;
-		*q++ = (char)c;
-	}
-	*p = q;
+	while (dw_plain[u[n]])
+		n++;
+	if (u[n] != '\0' || (size_t)(end - *p) < n)
+		return false;
+	memcpy(*p, s, n);
+	*p += n;
 	return true;
 }
 
@@ -185,16 +231,26 @@ dw_sfield(char **p, const char *end, const char *name, size_t nlen,
 }
 #define DW_SFIELD(p, end, n, v)	dw_sfield(p, end, n, sizeof(n) - 1, v)
 
+/* v in decimal, as "%lld" prints it (digits written backwards, then
+ * moved: no stdio on the hot path). */
 static bool
 dw_int(char **p, const char *end, long long v)
 {
-	int n;
+	char tmp[24], *t = tmp + sizeof(tmp);
+	unsigned long long u = v < 0 ? 0 - (unsigned long long)v :
+	    (unsigned long long)v;
+	size_t n;
 
-	if (end - *p < 24)
+	do {
+		*--t = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		*--t = '-';
+	n = (size_t)(tmp + sizeof(tmp) - t);
+	if ((size_t)(end - *p) < n)
 		return false;
-	n = snprintf(*p, 24, "%lld", v);
-	if (n < 0 || n >= 24)
-		return false;
+	memcpy(*p, t, n);
 	*p += n;
 	return true;
 }
@@ -297,13 +353,29 @@ decide(struct run *r, sg_request *req, const char *source, long line)
 			pre_msg(r);
 			return cli_report(source, line, lrc, &err, true);
 		}
-		if (!r->o->explain && !r->o->refwriter &&
+		if (!r->o->explain && !r->o->refwriter && r->out != NULL) {
+			struct obuf *ob = r->out;
+
+			if (ob->cap - ob->len < DW_MAX && ob_flush(ob) != 0)
+				return cli_write_error();
+			if ((n = dw_decision(ob->buf + ob->len, &d, req,
+			    elapsed)) > 0) {
+				ob->len += n;
+				if (r->stream && (ob_flush(ob) != 0 ||
+				    fflush(stdout) == EOF))
+					return cli_write_error();
+				goto next;
+			}
+		} else if (!r->o->explain && !r->o->refwriter &&
 		    (n = dw_decision(buf, &d, req, elapsed)) > 0) {
 			if (fwrite_unlocked(buf, 1, n, stdout) != n ||
 			    (r->stream && fflush(stdout) == EOF))
 				return cli_write_error();
 			goto next;
 		}
+		/* the jansson path: after the decisions batched so far */
+		if (ob_flush(r->out) != 0)
+			return cli_write_error();
 		if ((obj = cli_decision_json(&d, req, elapsed)) == NULL) {
 			rc = cli_oom();
 			goto out;
@@ -473,6 +545,7 @@ stream_record(json_t *rec, const char *source, long line, void *arg)
 
 struct rd {
 	int		 fd;
+	struct obuf	*out;		/* flushed before a read */
 	char		*buf;		/* RD_CHUNK + SG_MAX_RECORD + 1 bytes */
 	size_t		 cap, start, end;
 	bool		 eof;
@@ -495,7 +568,7 @@ rd_fill(struct rd *d)
 		d->end -= d->start;
 		d->start = 0;
 	}
-	if (fflush(stdout) == EOF)
+	if (ob_flush(d->out) != 0 || fflush(stdout) == EOF)
 		return -2;
 	do
 		n = read(d->fd, d->buf + d->end, d->cap - 1 - d->end);
@@ -559,6 +632,46 @@ rd_line(struct rd *d, char **line, size_t *len, bool *toolong)
 	}
 }
 
+/* JSON white space from line[i]. */
+static size_t
+skip_ws(const char *line, size_t len, size_t i)
+{
+	while (i < len && (line[i] == ' ' || line[i] == '\t' ||
+	    line[i] == '\r' || line[i] == '\n'))
+		i++;
+	return i;
+}
+
+/*
+ * A line that is exactly {"request": {...}} (white space aside) whose
+ * request sg_request_scan_json() reads: 0, the request in r->req.
+ * ENOTSUP for anything else (json_loadb's path then reads the line).
+ */
+static int
+scan_record(struct run *r, const char *line, size_t len)
+{
+	static const char key[] = "\"request\"";
+	size_t i, used;
+
+	i = skip_ws(line, len, 0);
+	if (i >= len || line[i] != '{')
+		return ENOTSUP;
+	i = skip_ws(line, len, i + 1);
+	if (len - i < sizeof(key) - 1 ||
+	    memcmp(line + i, key, sizeof(key) - 1) != 0)
+		return ENOTSUP;
+	i = skip_ws(line, len, i + sizeof(key) - 1);
+	if (i >= len || line[i] != ':')
+		return ENOTSUP;
+	if (sg_request_scan_json(&r->req, line + i + 1, len - i - 1, &used,
+	    NULL) != 0)
+		return ENOTSUP;
+	i = skip_ws(line, len, i + 1 + used);
+	if (i >= len || line[i] != '}' || skip_ws(line, len, i + 1) != len)
+		return ENOTSUP;
+	return 0;
+}
+
 /* A snapshot-only line identical to the last one applied: nothing to do. */
 static bool
 same_snapshot(const struct run *r, const char *line, size_t len)
@@ -589,6 +702,7 @@ static int
 stream_fast(struct run *r, const char *path, bool *bad)
 {
 	const char *source = cli_source_name(path);
+	struct obuf ob;
 	struct rd d;
 	json_error_t jerr;
 	json_t *rec;
@@ -602,12 +716,16 @@ stream_fast(struct run *r, const char *path, bool *bad)
 	if ((f = cli_open_input(path)) == NULL)
 		return EX_NOINPUT;
 	memset(&d, 0, sizeof(d));
+	memset(&ob, 0, sizeof(ob));
 	d.fd = fileno(f);
 	d.cap = RD_CHUNK + SG_MAX_RECORD + 1;
-	if ((d.buf = malloc(d.cap)) == NULL) {
+	ob.cap = RD_CHUNK;
+	if ((d.buf = malloc(d.cap)) == NULL ||
+	    (ob.buf = malloc(ob.cap)) == NULL) {
 		rc = cli_oom();
 		goto out;
 	}
+	d.out = r->out = &ob;
 	while ((got = rd_line(&d, &line, &len, &toolong)) == 1) {
 		lineno++;
 		if (toolong) {
@@ -621,6 +739,16 @@ stream_fast(struct run *r, const char *path, bool *bad)
 			continue;
 		if (same_snapshot(r, line, len))
 			continue;
+		if (r->have_snap && !r->o->refreader &&
+		    scan_record(r, line, len) == 0) {
+			rc = decide(r, &r->req, source, lineno);
+			if (rc == EX_DATAERR) {
+				*bad = true;
+				rc = 0;
+			} else if (rc != 0)
+				goto out;
+			continue;
+		}
 		rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 		if (rec == NULL || !json_is_object(rec)) {
 			/* the shared parser reports it, in its words */
@@ -653,6 +781,11 @@ stream_fast(struct run *r, const char *path, bool *bad)
 		rc = cli_read_failed(-1, source);
 	}
 out:
+	/* what was decided goes out, whatever ended the stream */
+	if (ob_flush(&ob) != 0 && rc == 0)
+		rc = cli_write_error();
+	r->out = NULL;
+	free(ob.buf);
 	free(d.buf);
 	cli_close_input(f);
 	return rc;
@@ -704,6 +837,9 @@ main(int argc, char *argv[])
 		case OPT_REFWRITER:
 			o.refwriter = true;
 			break;
+		case OPT_REFREADER:
+			o.refreader = true;
+			break;
 		case OPT_VERSION:
 			return cli_version();
 		default:
@@ -752,6 +888,7 @@ main(int argc, char *argv[])
 out:
 	rc = cli_finish(rc);
 	free(r.lastsnap);
+	sg_request_release(&r.req);
 	sg_snapshot_free(r.staging);
 	sg_snapshot_free(r.snap);
 	sg_router_free(r.rt);

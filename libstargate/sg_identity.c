@@ -1458,6 +1458,28 @@ scan_number(struct scan *c)
 
 static int scan_value(struct scan *c);
 
+/*
+ * After a container's element: whitespace, then either its closing byte
+ * (consumed; 1: the container ended) or a comma and whitespace (0: an
+ * element follows); anything else is SCAN_NO.
+ */
+static int
+scan_next(struct scan *c, char close)
+{
+	scan_ws(c);
+	if (c->i >= c->n)
+		return SCAN_NO;
+	if (c->s[c->i] == close) {
+		c->i++;
+		return 1;
+	}
+	if (c->s[c->i] != ',')
+		return SCAN_NO;
+	c->i++;
+	scan_ws(c);
+	return 0;
+}
+
 /* Members of an object (s[i] == '{') or elements of an array ('['),
  * skipped. */
 static int
@@ -1489,19 +1511,13 @@ scan_container(struct scan *c)
 		}
 		if ((rc = scan_value(c)) != 0)
 			return rc;
-		scan_ws(c);
-		if (c->i >= c->n)
-			return SCAN_NO;
-		if (c->s[c->i] == close) {
-			c->i++;
-			c->depth--;
-			return 0;
-		}
-		if (c->s[c->i] != ',')
-			return SCAN_NO;
-		c->i++;
-		scan_ws(c);
+		if ((rc = scan_next(c, close)) == 1)
+			break;
+		if (rc != 0)
+			return rc;
 	}
+	c->depth--;
+	return 0;
 }
 
 static int
@@ -1602,19 +1618,13 @@ scan_object(struct scan *c, scan_member_fn *fn, void *arg)
 		c->i++;
 		if ((rc = fn(c, &k, arg)) != 0)
 			return rc;
-		scan_ws(c);
-		if (c->i >= c->n)
-			return SCAN_NO;
-		if (c->s[c->i] == '}') {
-			c->i++;
-			c->depth--;
-			return 0;
-		}
-		if (c->s[c->i] != ',')
-			return SCAN_NO;
-		c->i++;
-		scan_ws(c);
+		if ((rc = scan_next(c, '}')) == 1)
+			break;
+		if (rc != 0)
+			return rc;
 	}
+	c->depth--;
+	return 0;
 }
 
 /* A message's contribution (message_tokens), members read once each. */
@@ -1692,16 +1702,8 @@ scan_messages(struct scan *c, uint64_t *t)
 			*t += m.t;
 		} else if ((rc = scan_value(c)) != 0)
 			return rc;	/* not an object: counts nothing */
-		scan_ws(c);
-		if (c->i >= c->n)
-			return SCAN_NO;
-		if (c->s[c->i] == ']') {
-			c->i++;
-			return 0;
-		}
-		if (c->s[c->i] != ',')
-			return SCAN_NO;
-		c->i++;
+		if ((rc = scan_next(c, ']')) != 0)
+			return rc == 1 ? 0 : rc;
 	}
 }
 
@@ -1734,18 +1736,13 @@ scan_stop(struct scan *c, uint64_t *t)
 			return rc;
 		if (kind == V_STRING)
 			*t += sg_identity_text_tokens(v.dec);
-		scan_ws(c);
-		if (c->i >= c->n)
-			return SCAN_NO;
-		if (c->s[c->i] == ']') {
-			c->i++;
-			c->depth--;
-			return 0;
-		}
-		if (c->s[c->i] != ',')
-			return SCAN_NO;
-		c->i++;
+		if ((rc = scan_next(c, ']')) == 1)
+			break;
+		if (rc != 0)
+			return rc;
 	}
+	c->depth--;
+	return 0;
 }
 
 /* The top level of a chat completion body. */

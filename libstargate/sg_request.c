@@ -10,6 +10,7 @@
  * Both parsers build the request in place and release it again on failure,
  * so a failed parse leaves r in its initial (all absent) state.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,12 +95,51 @@ store_str(sg_request *r, const char *s, size_t len)
 	return p;
 }
 
-/* Append an excluded id (copied); SG_ENOMEM or SG_ERANGE. */
-static int
-store_excluded(sg_request *r, const char *s, size_t len)
+/*
+ * Room for len + 1 bytes at the end of r's newest chunk (a new chunk when
+ * it has none), not yet used: store_commit() keeps what was written there.
+ * NULL on ENOMEM.
+ */
+static char *
+store_reserve(sg_request *r, size_t len)
 {
 	struct sg_request_store *st;
-	const char *p;
+	struct chunk *c;
+
+	if ((st = store_of(r)) == NULL)
+		return NULL;
+	c = st->chunks;
+	if (c == NULL || c->cap - c->used < len + 1) {
+		size_t cap = len + 1 > CHUNK_MIN ? len + 1 : CHUNK_MIN;
+
+		if ((c = malloc(sizeof(*c) + cap)) == NULL)
+			return NULL;
+		c->next = st->chunks;
+		c->used = 0;
+		c->cap = cap;
+		st->chunks = c;
+	}
+	return c->data + c->used;
+}
+
+/* Keep the len bytes written at store_reserve()'s pointer, NUL-terminated. */
+static const char *
+store_commit(sg_request *r, size_t len)
+{
+	struct chunk *c = r->store->chunks;
+	char *p = c->data + c->used;
+
+	p[len] = '\0';
+	c->used += len + 1;
+	return p;
+}
+
+/* Append p (owned by r already) to the excluded ids; SG_ENOMEM or
+ * SG_ERANGE. */
+static int
+store_excluded_ptr(sg_request *r, const char *p)
+{
+	struct sg_request_store *st;
 
 	if ((st = store_of(r)) == NULL)
 		return SG_ENOMEM;
@@ -114,12 +154,50 @@ store_excluded(sg_request *r, const char *s, size_t len)
 		st->excl = n;
 		st->excl_cap = cap;
 	}
-	if ((p = store_str(r, s, len)) == NULL)
-		return SG_ENOMEM;
 	st->excl[st->nexcl++] = p;
 	r->excluded = st->excl;
 	r->nexcluded = st->nexcl;
 	return 0;
+}
+
+/* Append an excluded id (copied); SG_ENOMEM or SG_ERANGE. */
+static int
+store_excluded(sg_request *r, const char *s, size_t len)
+{
+	struct sg_request_store *st;
+	const char *p;
+
+	if ((st = store_of(r)) == NULL)
+		return SG_ENOMEM;
+	if (st->nexcl >= SG_MAX_EXCLUDED)
+		return SG_ERANGE;
+	if ((p = store_str(r, s, len)) == NULL)
+		return SG_ENOMEM;
+	return store_excluded_ptr(r, p);
+}
+
+/*
+ * Empty r's storage for reuse: every chunk but the newest is freed, that
+ * one and the excluded-id array are kept; then r is all absent again.
+ */
+static void
+store_reuse(sg_request *r)
+{
+	struct sg_request_store *st = r->store;
+	struct chunk *c, *next;
+
+	if (st != NULL) {
+		if ((c = st->chunks) != NULL) {
+			for (next = c->next; next != NULL; next = c->next) {
+				c->next = next->next;
+				free(next);
+			}
+			c->used = 0;
+		}
+		st->nexcl = 0;
+	}
+	sg_request_init(r);
+	r->store = st;
 }
 
 /* --- basics --------------------------------------------------------------- */
@@ -338,6 +416,543 @@ out:
 	if (rc != 0)
 		sg_request_release(r);
 	return rc;
+}
+
+/* --- JSON text form, scanned (sg_request_scan_json) ----------------------- */
+
+/*
+ * One pass over the object's text, no tree, no allocation once the
+ * request's storage exists.  The scan takes only the forms it can read
+ * exactly as json_loadb(JSON_REJECT_DUPLICATES) + sg_request_from_json()
+ * do, and gives up (RS_NO) on anything else, so that the full parse
+ * decides and words every error:
+ *   - member names without escapes, each known field at most once (a
+ *     repeated name is a duplicate to jansson, an escaped one might be);
+ *   - strings: raw bytes validated as UTF-8 (sg_utf8_valid(), as strict as
+ *     jansson), escapes decoded as jansson decodes them (\u0000, lone or
+ *     unpaired surrogates and unknown escapes give up); then trimmed and
+ *     stored like json_str() does;
+ *   - integers: digits only (no sign, no leading zero), at most 18 of them
+ *     so that jansson's signed 64-bit integer holds them;
+ *   - elapsed_ms: an integer as above, or digits '.' digits without an
+ *     exponent, at most RS_REAL_MAX bytes (strtod() reads it as jansson's
+ *     strtod() does);
+ *   - excluded_cluster_ids: an array of strings as above.
+ * Strings are scanned eight bytes at a time until a quote, a backslash, a
+ * control byte or a non-ASCII byte.
+ */
+#define RS_NO		ENOTSUP
+#define RS_INT_MAX	18
+#define RS_REAL_MAX	24
+
+struct rscan {
+	const char	*s;
+	size_t		 n, i;
+};
+
+/* A scanned string: the raw bytes between the quotes. */
+struct rstr {
+	const char	*p;
+	size_t		 len;
+	bool		 esc;		/* holds a backslash escape */
+};
+
+enum {
+	RF_REQUEST_ID = F_REQUEST_ID, RF_ROUTING_KEY = F_ROUTING_KEY,
+	RF_MODEL = F_MODEL, RF_CACHE_KEY = F_CACHE_KEY, RF_METHOD = F_METHOD,
+	RF_LAST = F_LAST, RF_INPUT_TOKENS, RF_PRIORITY, RF_SLO, RF_MAX_WAIT,
+	RF_EXCLUDED, RF_ELAPSED, RF_NFIELDS,
+};
+
+/* Field names with their lengths, in RF_ order. */
+#define RF_NAME(s)	{ s, sizeof(s) - 1 }
+static const struct {
+	const char	*name;
+	size_t		 len;
+} rf_names[RF_NFIELDS] = {
+	RF_NAME("request_id"), RF_NAME("routing_key"), RF_NAME("model"),
+	RF_NAME("cache_affinity_key"), RF_NAME("routing_method"),
+	RF_NAME("last_cluster_id"), RF_NAME("input_tokens"),
+	RF_NAME("priority"), RF_NAME("request_slo_ms"),
+	RF_NAME("max_wait_ms"), RF_NAME("excluded_cluster_ids"),
+	RF_NAME("elapsed_ms"),
+};
+#undef RF_NAME
+
+static void
+rs_ws(struct rscan *c)
+{
+	while (c->i < c->n && (c->s[c->i] == ' ' || c->s[c->i] == '\t' ||
+	    c->s[c->i] == '\n' || c->s[c->i] == '\r'))
+		c->i++;
+}
+
+/* Non-zero when a byte of w may be '"', '\\', below 0x20 or at or above
+ * 0x80 (never zero when one is; 0x7f is plain ASCII to JSON). */
+static uint64_t
+rs_special(uint64_t w)
+{
+	const uint64_t ones = 0x0101010101010101ULL;
+	const uint64_t high = 0x8080808080808080ULL;
+	uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+
+	return (((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) |
+	    w) & high;
+}
+
+/*
+ * The index in w's bytes (as memcpy() read them) of the first byte
+ * rs_special() flags; exact on a little-endian machine, where a borrow
+ * only ever flags bytes after a true one.  Elsewhere 0: the caller then
+ * steps byte by byte.
+ */
+static size_t
+rs_first(uint64_t m)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (size_t)__builtin_ctzll(m) >> 3;
+#else
+	(void)m;
+	return 0;
+#endif
+}
+
+/* The string at s[i] == '"' (raw; escapes checked only for their
+ * backslash-quote framing here, decoded by rs_decode()). */
+static int
+rs_string(struct rscan *c, struct rstr *out)
+{
+	size_t i = c->i + 1, start = i, n = c->n;
+	bool high = false;
+	uint64_t w, m;
+
+	out->esc = false;
+	for (;;) {
+		for (;;) {
+			if (i + 8 > n) {
+				if (i >= n)
+					return RS_NO;
+				break;	/* the last bytes, one at a time */
+			}
+			memcpy(&w, c->s + i, 8);
+			if ((m = rs_special(w)) != 0) {
+				i += rs_first(m);
+				break;
+			}
+			i += 8;
+		}
+		{
+			unsigned char ch = (unsigned char)c->s[i];
+
+			if (ch == '"')
+				break;
+			if (ch == '\\') {
+				if (i + 1 >= n)
+					return RS_NO;
+				out->esc = true;
+				i += 2;		/* rs_decode() judges it */
+				continue;
+			}
+			if (ch < 0x20)
+				return RS_NO;
+			if (ch >= 0x80)
+				high = true;
+			i++;
+		}
+	}
+	if (high && !sg_utf8_valid(c->s + start, i - start))
+		return RS_NO;
+	out->p = c->s + start;
+	out->len = i - start;
+	c->i = i + 1;
+	return 0;
+}
+
+static int
+rs_hex4(const char *p, unsigned *cp)
+{
+	unsigned v = 0, d;
+	int k;
+
+	for (k = 0; k < 4; k++) {
+		char ch = p[k];
+
+		if (ch >= '0' && ch <= '9')
+			d = (unsigned)(ch - '0');
+		else if (ch >= 'a' && ch <= 'f')
+			d = (unsigned)(ch - 'a' + 10);
+		else if (ch >= 'A' && ch <= 'F')
+			d = (unsigned)(ch - 'A' + 10);
+		else
+			return -1;
+		v = v << 4 | d;
+	}
+	*cp = v;
+	return 0;
+}
+
+/* Code point cp as UTF-8 at q; its length. */
+static size_t
+rs_utf8(char *q, unsigned long cp)
+{
+	if (cp < 0x80) {
+		q[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		q[0] = (char)(0xc0 | cp >> 6);
+		q[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		q[0] = (char)(0xe0 | cp >> 12);
+		q[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		q[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	q[0] = (char)(0xf0 | cp >> 18);
+	q[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	q[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	q[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* One \u escape (one or a surrogate pair) at p[0..end), p[0] == 'u'
+ * after the backslash: the code point and the raw bytes it took, or 0. */
+static size_t
+rs_uescape(const char *p, const char *end, unsigned long *out)
+{
+	unsigned hi, lo;
+
+	if (end - p < 5 || rs_hex4(p + 1, &hi) != 0 || hi == 0 ||
+	    (hi >= 0xdc00 && hi <= 0xdfff))
+		return 0;
+	if (hi < 0xd800 || hi > 0xdbff) {
+		*out = hi;
+		return 5;
+	}
+	if (end - p < 11 || p[5] != '\\' || p[6] != 'u' ||
+	    rs_hex4(p + 7, &lo) != 0 || lo < 0xdc00 || lo > 0xdfff)
+		return 0;
+	*out = 0x10000 + (((unsigned long)hi - 0xd800) << 10) + (lo - 0xdc00);
+	return 11;
+}
+
+/* Decode the escapes of s (s->len raw bytes) into q (room for s->len);
+ * the decoded length, or (size_t)-1 for an escape jansson refuses. */
+static size_t
+rs_decode(const struct rstr *s, char *q)
+{
+	const char *p = s->p, *end = s->p + s->len;
+	char *q0 = q;
+	unsigned long cp;
+	size_t k;
+
+	while (p < end) {
+		const char *bs = memchr(p, '\\', (size_t)(end - p));
+
+		if (bs == NULL)
+			bs = end;
+		memmove(q, p, (size_t)(bs - p));
+		q += bs - p;
+		if (bs == end)
+			break;
+		p = bs + 1;		/* the framing scan saw a byte here */
+		switch (*p) {
+		case '"': case '\\': case '/':
+			*q++ = *p++;
+			continue;
+		case 'b': *q++ = '\b'; p++; continue;
+		case 'f': *q++ = '\f'; p++; continue;
+		case 'n': *q++ = '\n'; p++; continue;
+		case 'r': *q++ = '\r'; p++; continue;
+		case 't': *q++ = '\t'; p++; continue;
+		case 'u':
+			if ((k = rs_uescape(p, end, &cp)) == 0)
+				return (size_t)-1;
+			q += rs_utf8(q, cp);
+			p += k;
+			continue;
+		default:
+			return (size_t)-1;
+		}
+	}
+	return (size_t)(q - q0);
+}
+
+/*
+ * The string value at the cursor, trimmed and stored in r (*out NULL when
+ * blank), as json_str() and json_excluded() keep it.
+ */
+static int
+rs_value_str(sg_request *r, struct rscan *c, const char **out)
+{
+	struct rstr v;
+	const char *s;
+	char *q;
+	size_t len;
+	int rc;
+
+	*out = NULL;
+	if (c->i >= c->n || c->s[c->i] != '"')
+		return RS_NO;
+	if ((rc = rs_string(c, &v)) != 0)
+		return rc;
+	if (!v.esc) {
+		s = v.p;
+		len = v.len;
+		/* sg_trim()'s white space is all at or below ' ' */
+		if (len == 0 || (unsigned char)s[0] <= ' ' ||
+		    (unsigned char)s[len - 1] <= ' ')
+			sg_trim(&s, &len);
+		if (len == 0)
+			return 0;
+		if ((q = store_reserve(r, len)) == NULL)
+			return SG_ENOMEM;
+		memcpy(q, s, len);
+		*out = store_commit(r, len);
+		return 0;
+	}
+	if ((q = store_reserve(r, v.len)) == NULL)
+		return SG_ENOMEM;
+	if ((len = rs_decode(&v, q)) == (size_t)-1)
+		return RS_NO;
+	s = q;
+	sg_trim(&s, &len);
+	if (len == 0)
+		return 0;
+	memmove(q, s, len);
+	*out = store_commit(r, len);
+	return 0;
+}
+
+/* Digits at the cursor that jansson reads as a non-negative integer. */
+static int
+rs_digits(struct rscan *c, uint64_t *out, size_t *ndig)
+{
+	size_t i = c->i, start = i;
+	uint64_t v = 0;
+
+	while (i < c->n && c->s[i] >= '0' && c->s[i] <= '9') {
+		v = v * 10 + (uint64_t)(c->s[i] - '0');
+		if (++i - start > RS_INT_MAX)
+			return RS_NO;
+	}
+	if (i == start || (c->s[start] == '0' && i - start > 1))
+		return RS_NO;
+	*out = v;
+	*ndig = i - start;
+	c->i = i;
+	return 0;
+}
+
+/* A JSON integer field: not a real (no fraction or exponent), <= max. */
+static int
+rs_uint(struct rscan *c, uint64_t max, uint64_t *out)
+{
+	size_t nd;
+	int rc;
+
+	if ((rc = rs_digits(c, out, &nd)) != 0)
+		return rc;
+	if (c->i < c->n && (c->s[c->i] == '.' || c->s[c->i] == 'e' ||
+	    c->s[c->i] == 'E'))
+		return RS_NO;
+	return *out <= max ? 0 : RS_NO;
+}
+
+/* elapsed_ms: an integer, or a real without exponent. */
+static int
+rs_elapsed(struct rscan *c, double *out)
+{
+	size_t start = c->i, nd;
+	uint64_t v;
+	char buf[RS_REAL_MAX + 1];
+	int rc;
+
+	if ((rc = rs_digits(c, &v, &nd)) != 0)
+		return rc;
+	if (c->i < c->n && (c->s[c->i] == 'e' || c->s[c->i] == 'E'))
+		return RS_NO;
+	if (c->i >= c->n || c->s[c->i] != '.') {
+		*out = (double)v;
+		return 0;
+	}
+	c->i++;
+	nd = c->i;
+	while (c->i < c->n && c->s[c->i] >= '0' && c->s[c->i] <= '9')
+		c->i++;
+	if (c->i == nd || c->i - start > RS_REAL_MAX ||
+	    (c->i < c->n && (c->s[c->i] == 'e' || c->s[c->i] == 'E')))
+		return RS_NO;
+	memcpy(buf, c->s + start, c->i - start);
+	buf[c->i - start] = '\0';
+	*out = strtod(buf, NULL);
+	return 0;
+}
+
+/*
+ * After a member or element: white space, then the closing byte (1) or a
+ * comma and white space (0); anything else gives up.
+ */
+static int
+rs_next(struct rscan *c, char close)
+{
+	rs_ws(c);
+	if (c->i >= c->n)
+		return RS_NO;
+	if (c->s[c->i] == close) {
+		c->i++;
+		return 1;
+	}
+	if (c->s[c->i] != ',')
+		return RS_NO;
+	c->i++;
+	rs_ws(c);
+	return 0;
+}
+
+static int
+rs_excluded(sg_request *r, struct rscan *c)
+{
+	const char *id;
+	size_t n = 0;
+	int rc;
+
+	if (c->i >= c->n || c->s[c->i] != '[')
+		return RS_NO;
+	c->i++;
+	rs_ws(c);
+	if (c->i < c->n && c->s[c->i] == ']') {
+		c->i++;
+		return 0;
+	}
+	for (;;) {
+		if (++n > SG_MAX_EXCLUDED)
+			return RS_NO;
+		if ((rc = rs_value_str(r, c, &id)) != 0)
+			return rc;
+		if (id != NULL && (rc = store_excluded_ptr(r, id)) != 0)
+			return rc;
+		if ((rc = rs_next(c, ']')) != 0)
+			return rc == 1 ? 0 : rc;
+	}
+}
+
+/* The field a raw member name names, or -1. */
+static int
+rs_field(const struct rstr *k)
+{
+	int f;
+
+	if (k->esc)
+		return -1;
+	/* the one candidate of each length (the third byte tells two
+	 * apart), then one compare */
+	switch (k->len) {
+	case 5:		f = RF_MODEL;					break;
+	case 8:		f = RF_PRIORITY;				break;
+	case 10:	f = k->p[2] == 'q' ? RF_REQUEST_ID : RF_ELAPSED;
+		break;
+	case 11:	f = k->p[2] == 'u' ? RF_ROUTING_KEY : RF_MAX_WAIT;
+		break;
+	case 12:	f = RF_INPUT_TOKENS;				break;
+	case 14:	f = k->p[2] == 'u' ? RF_METHOD : RF_SLO;	break;
+	case 15:	f = RF_LAST;					break;
+	case 18:	f = RF_CACHE_KEY;				break;
+	case 20:	f = RF_EXCLUDED;				break;
+	default:	return -1;
+	}
+	return rf_names[f].len == k->len &&
+	    memcmp(rf_names[f].name, k->p, k->len) == 0 ? f : -1;
+}
+
+/* One member's value at the cursor, for field f. */
+static int
+rs_member(sg_request *r, struct rscan *c, int f)
+{
+	uint64_t u;
+	int rc;
+
+	switch (f) {
+	case RF_INPUT_TOKENS:
+		return rs_uint(c, UINT64_MAX, &r->input_tokens);
+	case RF_PRIORITY:
+		if ((rc = rs_uint(c, UINT32_MAX, &u)) == 0)
+			r->priority = (uint32_t)u;
+		return rc;
+	case RF_SLO:
+		r->has_slo = true;
+		return rs_uint(c, UINT64_MAX, &r->request_slo_ms);
+	case RF_MAX_WAIT:
+		r->has_max_wait = true;
+		return rs_uint(c, UINT64_MAX, &r->max_wait_ms);
+	case RF_EXCLUDED:
+		return rs_excluded(r, c);
+	case RF_ELAPSED:
+		return rs_elapsed(c, &r->elapsed_ms);
+	default:
+		return rs_value_str(r, c, str_slot(r, f));
+	}
+}
+
+/* The object at the cursor, its members read into r. */
+static int
+rs_object(sg_request *r, struct rscan *c, unsigned *seen)
+{
+	struct rstr k;
+	int f, rc;
+
+	if (c->i >= c->n || c->s[c->i] != '{')
+		return RS_NO;
+	c->i++;
+	rs_ws(c);
+	if (c->i < c->n && c->s[c->i] == '}')
+		return RS_NO;		/* nothing required is there */
+	for (;;) {
+		if (c->i >= c->n || c->s[c->i] != '"' ||
+		    rs_string(c, &k) != 0 || (f = rs_field(&k)) < 0 ||
+		    (*seen & (1u << f)) != 0)
+			return RS_NO;
+		*seen |= 1u << f;
+		rs_ws(c);
+		if (c->i >= c->n || c->s[c->i] != ':')
+			return RS_NO;
+		c->i++;
+		rs_ws(c);
+		if ((rc = rs_member(r, c, f)) != 0)
+			return rc;
+		if ((rc = rs_next(c, '}')) != 0)
+			return rc == 1 ? 0 : rc;
+	}
+}
+
+int
+sg_request_scan_json(sg_request *r, const char *text, size_t len,
+    size_t *used, sg_error *err)
+{
+	struct rscan c = { text, len, 0 };
+	unsigned seen = 0;
+	int rc;
+
+	store_reuse(r);
+	if (text == NULL)
+		return RS_NO;
+	rs_ws(&c);
+	if ((rc = rs_object(r, &c, &seen)) == 0 &&
+	    (r->request_id == NULL || (seen & 1u << RF_INPUT_TOKENS) == 0 ||
+	    r->model == NULL))
+		rc = RS_NO;	/* required: sg_request_from_json() says so */
+	if (rc == SG_ENOMEM)
+		sg_seterr(err, rc, "out of memory");
+	if (rc != 0) {
+		store_reuse(r);
+		return rc;
+	}
+	if (used != NULL)
+		*used = c.i;
+	return 0;
 }
 
 /* u64 as a JSON integer (jansson's are signed: clamp at INT64_MAX). */

@@ -60,6 +60,30 @@ void	sg_request_release(sg_request *r);	/* free owned storage, then init */
 int	sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err);
 
 /*
+ * sg_request_from_json() over the JSON text of the request object, without
+ * building a tree: text[0..len) starts with the object (white space may
+ * lead) and *used (when not NULL) gets the offset just past its closing
+ * brace; what follows is the caller's.  One pass, for the common form:
+ * member names without escapes, each known field once; strings (escapes
+ * and UTF-8 as JSON has them); integers of at most 18 digits without sign
+ * or leading zero; an elapsed_ms without exponent; an
+ * excluded_cluster_ids array of strings.  For anything else it returns
+ * ENOTSUP with r all absent and no error text: every object that
+ * json_loadb(JSON_REJECT_DUPLICATES) or sg_request_from_json() refuses,
+ * and some they accept (a repeated or escaped member name, a minus sign,
+ * an exponent, a longer number...).  The caller then parses the text and
+ * calls sg_request_from_json(), which decides and words the error.  When
+ * it returns 0, r holds exactly what that parse gives.  SG_ENOMEM on an
+ * allocation failure (err set).
+ *
+ * Unlike the other parsers it keeps r's storage for the next call (r is
+ * emptied, not released, first), so a loop over requests allocates only
+ * on its first call or a longer request; sg_request_release() frees it.
+ */
+int	sg_request_scan_json(sg_request *r, const char *text, size_t len,
+	    size_t *used, sg_error *err);
+
+/*
  * Parse a header list h[0..n) (sg_header of sg_common.h: NUL-terminated
  * name and raw value) by the rules of stargate-headers(7).  Names are matched
  * case-insensitively; a name that appears twice keeps

@@ -46,6 +46,13 @@
 #define MEMO_MODEL_MAX	128	/* longer model names are not memoised */
 #define MEMO_N		8	/* resolutions memoised */
 
+/*
+ * The empty decision.  Copying it compiles to a few vector stores, where a
+ * memset of the struct becomes `rep stos`, whose start-up alone costs
+ * about as much as a round-robin decision.
+ */
+static const sg_decision zero_decision;
+
 struct sg_router {
 	const sg_lbconf	*conf;		/* borrowed */
 	uint64_t	 seed;
@@ -139,7 +146,7 @@ sgi_router_scratch(sg_router *rt)
 /* --- steps ---------------------------------------------------------------- */
 
 /* The memoised definition for this request, or NULL. */
-static const sg_algdef *
+static inline __attribute__((always_inline)) const sg_algdef *
 memo_get(sg_router *rt, const sg_request *req)
 {
 	size_t i;
@@ -180,11 +187,11 @@ memo_put(sg_router *rt, const sg_request *req, const sg_algdef *d)
 }
 
 /* Resolve the definition and check require_cache_affinity_key. */
-static int
+static inline __attribute__((always_inline)) int
 resolve(sg_router *rt, const sg_request *req, const sg_algdef **out,
     sg_error *err)
 {
-	const sg_algdef *d;
+	const sg_algdef *d = NULL;
 	int rc;
 
 	if ((d = memo_get(rt, req)) == NULL) {
@@ -213,7 +220,7 @@ resolve(sg_router *rt, const sg_request *req, const sg_algdef **out,
  * Size the scratch for this snapshot and definition, mark the excluded
  * candidates and fill the context.
  */
-static int
+static inline __attribute__((always_inline)) int
 prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
     sg_request *req, double elapsed, uint64_t *rr, sgi_ctx *x, sg_error *err)
 {
@@ -255,7 +262,7 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
 	return 0;
 }
 
-static int
+static inline __attribute__((always_inline)) int
 dispatch(sgi_ctx *x, sg_decision *out)
 {
 	switch (x->def->algorithm) {
@@ -390,7 +397,7 @@ int
 sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
     double elapsed_ms, sg_decision *out, sg_error *err)
 {
-	const sg_algdef *d;
+	const sg_algdef *d = NULL;
 	const char *why;
 	sgi_ctx x;
 	int rc;
@@ -406,7 +413,7 @@ sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 		return sg_seterr(err, SG_EINVAL, "router: bad algorithm %d",
 		    d->algorithm);
 	if (sgi_snapshot_count(snap) == 0) {
-		memset(out, 0, sizeof(*out));
+		*out = zero_decision;
 		out->algorithm = sg_algorithm_name(d->algorithm);
 		reject(out, 404, "no_eligible_candidates", NULL);
 		return 0;
@@ -417,14 +424,17 @@ sg_router_decide(sg_router *rt, const sg_snapshot *snap, sg_request *req,
 	/*
 	 * From here on nothing fails (the algorithms do not allocate), so
 	 * the decision is written in place: out is still set only on success.
+	 * Every algorithm names itself in its outcome (the name is filled in
+	 * below otherwise).
 	 */
-	memset(out, 0, sizeof(*out));
-	out->algorithm = sg_algorithm_name(d->algorithm);
+	*out = zero_decision;
 	if (x.neligible == 0) {
+		out->algorithm = sg_algorithm_name(d->algorithm);
 		reject(out, 503, "overloaded_error", NULL);
 		return 0;
 	}
 	if (d->has_max_input_work && (why = admission(&x)) != NULL) {
+		out->algorithm = sg_algorithm_name(d->algorithm);
 		reject(out, 503, "overloaded_error", why);
 		return 0;
 	}
@@ -439,7 +449,7 @@ int
 sg_router_explain(sg_router *rt, const sg_snapshot *snap,
     const sg_request *req, double elapsed_ms, json_t **out, sg_error *err)
 {
-	const sg_algdef *d;
+	const sg_algdef *d = NULL;
 	sg_request copy;
 	sg_decision dec;
 	json_t *obj;

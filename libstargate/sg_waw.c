@@ -66,6 +66,8 @@ struct waw {
 	int		 cmp;		/* sample comparator */
 	bool		 pulsar;	/* filter by pulsar feasibility */
 	json_t		*cands;		/* --explain candidate table, or NULL */
+	bool		 have_ids;	/* ids holds the snapshot's ids version */
+	uint64_t	 ids;
 };
 
 /* The session plan of one decision (stargate-lb-config(5)). */
@@ -877,6 +879,38 @@ struct ring {
 
 #define RNIL	UINT32_MAX
 
+/*
+ * The hint index: the snapshot's candidate ids by a hash of their bytes,
+ * for the session plan's lookup of the last cluster named by the request.
+ * sg_snapshot_find() compares ids in the candidate records (752 bytes
+ * each, the length and the bytes on two cache lines), so each probe reads
+ * another record's lines, serially, before the decision starts: at 64
+ * candidates that lookup was most of the session rules' cost.  Here a
+ * probe reads one 4-byte entry (16 tag bits, the index), and the one whose
+ * tag matches is compared byte for byte with a packed copy of the ids
+ * (about 20 bytes each, read together), so the answer is exactly
+ * sg_snapshot_find()'s.  The index holds for one ids version (the ordered
+ * ids, sg_snapshot.h: the version changes whenever they do, the same
+ * contract the cached rings rely on) and is built, O(n), the second time in
+ * a row that a version is looked up, so snapshots that alternate fall back
+ * to sg_snapshot_find() instead of rebuilding it per decision.
+ */
+struct hintix {
+	bool		 valid;
+	uint64_t	 ids;		/* the ids version indexed */
+	uint64_t	 seen;		/* the version last looked up unindexed */
+	size_t		 n;		/* candidates indexed */
+	uint32_t	 mask;		/* entries - 1 (a power of 2 minus 1) */
+	uint32_t	*e;		/* tag << 16 | (index + 1); 0: empty */
+	size_t		 cap;		/* entries allocated */
+	uint32_t	*off;		/* n + 1 offsets of the ids in text */
+	char		*text;		/* the ids, packed */
+	size_t		 ncap, tcap;	/* off and text allocated */
+};
+
+_Static_assert(SG_MAX_CANDIDATES < UINT16_MAX,
+    "a hint index entry holds a candidate index in 16 bits");
+
 struct sgi_rings {
 	struct ring	*slot;
 	uint32_t	 nslot, capslot, freelist, hand;
@@ -886,7 +920,17 @@ struct sgi_rings {
 	uint64_t	 ghost[RING_GHOST];
 	struct sgi_ring_stats st;
 	struct gmemo	*memo;		/* GMEMO_SETS * 2, or NULL */
+	struct hintix	 hint;		/* the session plan's id lookups */
 };
+
+static void
+hint_free(struct hintix *T)
+{
+	free(T->e);
+	free(T->off);
+	free(T->text);
+	memset(T, 0, sizeof(*T));
+}
 
 static unsigned
 ring_dbits(size_t len)
@@ -989,6 +1033,7 @@ sgi_rings_trim(sgi_scratch *s)
 		free(R->slot);
 		free(R->bucket);
 		free(R->memo);
+		hint_free(&R->hint);
 		free(R);
 		s->rings = NULL;
 	}
@@ -1018,6 +1063,7 @@ rings_free(sgi_rings *R)
 	free(R->slot);
 	free(R->bucket);
 	free(R->memo);
+	hint_free(&R->hint);
 	free(R);
 }
 
@@ -1290,6 +1336,176 @@ gmemo_put(sgi_rings *R, uint64_t fp, uint64_t kh, uint64_t ids, uint64_t pfx,
 		e->g[i] = (uint16_t)group[i];
 }
 
+/* The snapshot's ids version (sg_snapshot.h), read once per call. */
+static inline uint64_t
+waw_ids(struct waw *w)
+{
+	if (!w->have_ids) {
+		w->ids = sg_snapshot_ids_version(w->x->snap);
+		w->have_ids = true;
+	}
+	return w->ids;
+}
+
+/* The scratch's ring caches, allocated on first use; NULL on ENOMEM. */
+static sgi_rings *
+rings_get(sgi_scratch *s)
+{
+	sgi_rings *R;
+
+	if ((R = s->rings) == NULL) {
+		if ((R = calloc(1, sizeof(*R))) == NULL)
+			return NULL;
+		R->freelist = RNIL;
+		s->rings = R;
+	}
+	return R;
+}
+
+/*
+ * A hash of the bytes p[0..len) (len > 0) for the hint index.  Each 8-byte
+ * word (the last one overlapping) is multiplied on its own and folded in
+ * by a rotation, so the serial chain is two cycles a word; the final mix
+ * carries every bit to the slot (low) and tag (high) bits, since ids often
+ * differ only in a few bytes.  Collisions cost only probes: matches are
+ * compared byte for byte.
+ */
+static inline uint64_t
+hint_hash(const char *p, size_t len)
+{
+	uint64_t h = (uint64_t)len * 0x9e3779b97f4a7c15ULL, w = 0;
+	size_t i;
+
+	if (len < 8) {
+		for (i = 0; i < len; i++)
+			w = w << 8 | (unsigned char)p[i];
+		h ^= w * 0xff51afd7ed558ccdULL;
+	} else {
+		for (i = 0; i + 8 < len; i += 8) {
+			memcpy(&w, p + i, sizeof(w));
+			h ^= (w + i) * 0xff51afd7ed558ccdULL;
+			h = h << 23 | h >> 41;
+		}
+		memcpy(&w, p + len - 8, sizeof(w));	/* the last 8 bytes */
+		h ^= w * 0xc2b2ae3d27d4eb4fULL;
+	}
+	h ^= h >> 32;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 29;
+	h *= 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 32);
+}
+
+/* Grow *p to hold n elements of size bytes (*cap counts them). */
+static int
+hint_grow(void **p, size_t *cap, size_t n, size_t size)
+{
+	void *q;
+
+	if (n <= *cap)
+		return 0;
+	if ((q = malloc(n * size)) == NULL)
+		return SG_ENOMEM;
+	free(*p);
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+/* Index the n candidates cls[] under ids version ids; SG_ENOMEM. */
+static int
+hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
+{
+	size_t ne = 16, i, j, tl = 0;
+	uint64_t h;
+
+	T->valid = false;
+	for (i = 0; i < n; i++)
+		tl += cls[i].id_len;
+	while (ne < 2 * n)
+		ne *= 2;
+	if (hint_grow((void **)&T->e, &T->cap, ne, sizeof(*T->e)) != 0 ||
+	    hint_grow((void **)&T->off, &T->ncap, n + 1, sizeof(*T->off)) !=
+	    0 || hint_grow((void **)&T->text, &T->tcap, tl, 1) != 0)
+		return SG_ENOMEM;
+	memset(T->e, 0, ne * sizeof(*T->e));
+	T->mask = (uint32_t)(ne - 1);
+	for (i = 0, tl = 0; i < n; i++) {
+		T->off[i] = (uint32_t)tl;
+		memcpy(T->text + tl, cls[i].id, cls[i].id_len);
+		tl += cls[i].id_len;
+		h = hint_hash(cls[i].id, cls[i].id_len);
+		for (j = h & T->mask; T->e[j] != 0; j = (j + 1) & T->mask)
+			;
+		T->e[j] = (uint32_t)(h >> 48) << 16 | (uint32_t)(i + 1);
+	}
+	T->off[n] = (uint32_t)tl;
+	T->ids = ids;
+	T->n = n;
+	T->valid = true;
+	return 0;
+}
+
+/* a[0..len) == b[0..len), len > 0, in words (ids are short). */
+static inline bool
+hint_eq(const char *a, const char *b, size_t len)
+{
+	uint64_t x, y, d = 0;
+	size_t i;
+
+	if (len < 8) {
+		for (i = 0; i < len; i++)
+			d |= (uint64_t)(a[i] ^ b[i]);
+		return d == 0;
+	}
+	for (i = 0; i + 8 < len; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		d |= x ^ y;
+	}
+	memcpy(&x, a + len - 8, 8);
+	memcpy(&y, b + len - 8, 8);
+	return (d | (x ^ y)) == 0;
+}
+
+/*
+ * Candidate index of the id hint[0..len) (len > 0) in the call's snapshot,
+ * or -1: sg_snapshot_find()'s answer, through the hint index.
+ */
+static long
+hint_find(struct waw *w, const char *hint, size_t len)
+{
+	const sg_snapshot *snap = w->x->snap;
+	size_t n = w->x->n, i;
+	struct hintix *T;
+	uint32_t e, tag;
+	uint64_t ids, h;
+	sgi_rings *R;
+
+	if (w->s->reference || (R = rings_get(w->s)) == NULL)
+		return sg_snapshot_find(snap, hint, len);
+	T = &R->hint;
+	ids = waw_ids(w);
+	if (!T->valid || T->ids != ids || T->n != n) {
+		if (T->seen != ids) {
+			T->seen = ids;	/* the first time: no index yet */
+			return sg_snapshot_find(snap, hint, len);
+		}
+		if (hint_build(T, w->cls, n, ids) != 0)
+			return sg_snapshot_find(snap, hint, len);
+	}
+	h = hint_hash(hint, len);
+	tag = (uint32_t)(h >> 48);
+	for (i = h & T->mask; (e = T->e[i]) != 0; i = (i + 1) & T->mask) {
+		size_t k = (e & 0xffff) - 1;
+
+		if (e >> 16 == tag && T->off[k + 1] - T->off[k] == len &&
+		    hint_eq(T->text + T->off[k], hint, len))
+			return (long)k;
+	}
+	return -1;
+}
+
 /*
  * Fill group[] with the affinity group for the request's key: min(K, n)
  * distinct candidates in ring-walk order.  Exclusions are not applied.
@@ -1318,13 +1534,9 @@ affinity_group(struct waw *w, size_t *group)
 		return got;
 	if (s->reference || s->ring_budget == 0)
 		goto onepass;
-	if ((R = s->rings) == NULL) {
-		if ((R = calloc(1, sizeof(*R))) == NULL)
-			goto onepass;
-		R->freelist = RNIL;
-		s->rings = R;
-	}
-	ids = sg_snapshot_ids_version(x->snap);
+	if ((R = rings_get(s)) == NULL)
+		goto onepass;
+	ids = waw_ids(w);
 	pfx = sgi_hb_xxh3(&prefix);
 	fp = ring_fp(ids, pfx, V, n);
 	if (gmemo_get(R, fp, kh, ids, pfx, V, n, m, group)) {
@@ -1389,7 +1601,7 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
 	if (!applies)
 		return;
 	if (hint != NULL && hint[0] != '\0')
-		li = sg_snapshot_find(w->x->snap, hint, strlen(hint));
+		li = hint_find(w, hint, strlen(hint));
 	if (r->session_state == SG_SESSION_UNCLASSIFIED) {
 		if (hint == NULL || hint[0] == '\0')
 			r->session_state = SG_SESSION_NEW;
@@ -1467,10 +1679,13 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 
 /* --- outcomes ------------------------------------------------------------- */
 
+/* The empty decision: copying it is a few vector stores, not `rep stos`. */
+static const sg_decision zero_decision;
+
 static void
 out_base(const struct waw *w, sg_decision *out)
 {
-	memset(out, 0, sizeof(*out));
+	*out = zero_decision;
 	out->algorithm = sg_algorithm_name(w->d->algorithm);
 }
 
@@ -1602,7 +1817,9 @@ has_key(const sg_request *r)
 static void
 waw_init(struct waw *w, sgi_ctx *x, bool pulsar)
 {
-	memset(w, 0, sizeof(*w));
+	static const struct waw zero;
+
+	*w = zero;	/* vector stores, not `rep stos` */
 	w->x = x;
 	w->cls = sgi_snapshot_clusters(x->snap);
 	w->d = x->def;

@@ -15,7 +15,11 @@
  * Writes.  sg_store_put() copies the operation into a queue under a mutex
  * and returns; one store thread per handle takes everything queued and
  * applies it in write transactions of at most batch_max operations (group
- * commit: the more writes wait, the fewer pages and fsyncs per write).
+ * commit: the more writes wait, the fewer pages and fsyncs per write).  A
+ * batch that would commit short of batch_max is first topped up with what
+ * was queued meanwhile, so it is cut short only when nothing waits, and
+ * never made to wait.  A put is one descent: MDB_NOOVERWRITE inserts a new
+ * key or leaves the cursor on the old entry, overwritten in place.
  * The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a committed
  * transaction is in the page cache, so a killed process loses nothing it
  * committed and the file is never corrupt; the store thread fsyncs every
@@ -107,6 +111,28 @@
  * every open first checks data.mdb's meta pages, its length and its root
  * pages with pread() (data_check()), refusing a damaged file with
  * SG_ESTORE and a message that says how to recover.
+ *
+ * Faults while open.  LMDB keeps a removed file open, so the store thread
+ * (env_health(), every GEN_POLL_MS, busy or idle, and write_txn() after
+ * such a pause) looks data.mdb up by name; gone, or shorter than it has
+ * been (LMDB never shrinks it), the environment is closed (env_down()):
+ * the store is down, reported by the connected operation, its lookups and
+ * writes fail (the batch that found a removal too).  The next write
+ * (env_enter() reopens, creating the directory, the generation file and
+ * data.mdb as a first open would) makes a new store; lookups and an idle
+ * store thread never create one, they only open a data.mdb that another
+ * process put back.  A cut file stays refused by data_check() until it is
+ * replaced or deleted.  Between a cut and the check a lookup may reach a
+ * page past the end: lookups read under a SIGBUS guard (guarded_get():
+ * sigsetjmp without a mask, a process-wide SA_NODEFER handler installed at
+ * each open that jumps back when the faulting thread has a guard armed
+ * and otherwise passes the signal to the disposition found before), so
+ * the lookup fails and asks the store thread to go down.  LMDB's read path
+ * holds no lock and allocates nothing but the transaction, which the
+ * guard aborts.  Writes are not guarded (a jump out of a write transaction
+ * could leave LMDB's dirty lists half updated): a cut inside a write
+ * transaction, after its check, still faults.  sg-lastcluster(1), FAULTS
+ * WHILE OPEN, is the user's account.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -114,6 +140,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,6 +169,10 @@
 #define SWEEP_MAX	1000	/* deletions per compaction transaction */
 #define MAINT_REOPEN	1u	/* requests from lookups to the store thread */
 #define MAINT_ADOPT	2u
+#define MAINT_FAULT	4u	/* a lookup faulted on the mapping */
+
+enum { FAULT_NONE, FAULT_REMOVED, FAULT_TRUNCATED };	/* lstore.fault */
+enum { SW_NO, SW_SWAPPED, SW_REMOVED };			/* env_swapped() */
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
 
@@ -178,6 +210,12 @@ struct lstore {
 	uint64_t	 gen;		/* generation when env was opened */
 	uint64_t	 map_size;	/* current map size */
 	_Atomic(MDB_txn *) rtxn;	/* cached reset read transaction */
+	uint32_t	 psize;		/* page size */
+	_Atomic uint64_t data_len;	/* longest data.mdb seen (data_short) */
+	_Atomic bool	 up;		/* env open and sound: connected() */
+	int		 fault;		/* FAULT_*: why env was closed */
+	dev_t		 fault_dev;	/* the data.mdb found faulty */
+	ino_t		 fault_ino;
 
 	int		 genfd;
 	uint64_t	*genp;		/* shared mapping of GEN_FILE */
@@ -187,7 +225,7 @@ struct lstore {
 	pthread_cond_t	 work_cv;
 	pthread_cond_t	 done_cv;
 	struct op	*q, *w;
-	size_t		 qlen, qcap, wcap;
+	size_t		 qhead, qlen, qcap, wcap;	/* q[qhead..qlen) */
 	uint64_t	 enq, done, committed, failed, commits;
 	int		 flush_rc;
 	sg_error	 flush_err;
@@ -208,6 +246,8 @@ struct lstore {
 	bool		 dirty;
 	uint64_t	 last_sync, last_check;	/* monotonic ms */
 	uint64_t	 last_name_check;	/* env_swapped_txn(), ms */
+	uint64_t	 last_health;		/* env_health(), ms */
+	uint64_t	 last_retry;		/* reopen while down, ms */
 };
 
 /* s->rw is write-locked: let a test hold it there (sgi_store_set_hook). */
@@ -486,6 +526,40 @@ gen_open(struct lstore *s, sg_error *err)
 	}
 	s->genfd = fd;
 	s->genp = p;
+	return 0;
+}
+
+/*
+ * After the store directory was removed and made again: map the new
+ * generation file and register the new directory.  A failure keeps the old
+ * mapping (gen_load() always has one).  s->rw write-locked or not shared.
+ */
+static int
+gen_refresh(struct lstore *s, sg_error *err)
+{
+	struct stat a, b;
+	uint64_t *op = s->genp;
+	int ofd = s->genfd, rc;
+
+	if (ofd >= 0 && fstat(ofd, &a) == 0 && a.st_nlink > 0 &&
+	    stat(s->genpath, &b) == 0 && a.st_ino == b.st_ino &&
+	    a.st_dev == b.st_dev)
+		return 0;
+	if ((rc = gen_open(s, err)) != 0) {
+		s->genfd = ofd;
+		s->genp = op;
+		return rc;
+	}
+	if (op != NULL)
+		munmap(op, 4096);
+	if (ofd >= 0)
+		close(ofd);
+	if (stat(s->dir, &a) == 0 && (a.st_dev != s->dir_dev ||
+	    a.st_ino != s->dir_ino) && reg_add(a.st_dev, a.st_ino) == 0) {
+		reg_del(s->dir_dev, s->dir_ino);
+		s->dir_dev = a.st_dev;
+		s->dir_ino = a.st_ino;
+	}
 	return 0;
 }
 
@@ -786,6 +860,12 @@ env_open_once(struct lstore *s, sg_error *err)
 	uint64_t g;
 	int rc, fd, dead = 0;
 
+	/* A removed store comes back as a new one (sg-lastcluster(1)). */
+	if (s->o.create && (rc = mkdirs(s->dir)) != 0)
+		return sg_seterr(err, rc, "cannot create store '%s': %s",
+		    s->dir, strerror(rc));
+	if ((rc = gen_refresh(s, err)) != 0)
+		return rc;
 	/* Before opening: a swap after this load is seen later as a change. */
 	g = gen_load(s);
 	if (!s->o.create && stat(s->datapath, &st) != 0)
@@ -856,11 +936,19 @@ env_open_once(struct lstore *s, sg_error *err)
 	}
 	if (mdb_env_info(env, &info) == 0)
 		s->map_size = info.me_mapsize;
+	{
+		MDB_stat es;
+
+		s->psize = mdb_env_stat(env, &es) == 0 ? es.ms_psize : 4096;
+	}
 	s->data_dev = st.st_dev;
 	s->data_ino = st.st_ino;
+	atomic_store(&s->data_len, (uint64_t)st.st_size);
 	s->env = env;
 	s->env_rc = 0;
 	s->gen = g;
+	s->fault = FAULT_NONE;
+	atomic_store(&s->up, true);
 	return 0;
 fail:
 	mdb_env_close(env);
@@ -880,35 +968,38 @@ env_open(struct lstore *s, sg_error *err)
 }
 
 /*
- * True if data.mdb is no longer the file s->env maps (s->env open).  Every
- * write transaction asks, under the writer lock, so the common answer is
- * cheap: the generation counter (a load from the shared mapping), then
- * fstat() of the mapped file's own descriptor, whose link count a rename
- * over data.mdb (a compactor killed before its generation bump) or a
- * removal drops to zero.  Looking the name up (stat: a path walk) also
- * catches a replaced file whose old inode keeps another link; by_name
- * asks for it (write_txn: every GEN_POLL_MS; a reopen: always).
+ * Whether data.mdb is still the file s->env maps (s->env open): SW_NO,
+ * SW_SWAPPED (replaced: reopen) or SW_REMOVED (no data.mdb any more, or
+ * no directory).  Every write transaction asks, under the writer lock, so
+ * the common answer is cheap: the generation counter (a load from the
+ * shared mapping), then fstat() of the mapped file's own descriptor, whose
+ * link count a rename over data.mdb (a compactor killed before its
+ * generation bump) or a removal drops to zero.  Looking the name up (stat:
+ * a path walk) tells those two apart and also catches a replaced file
+ * whose old inode keeps another link; by_name asks for it (write_txn:
+ * every GEN_POLL_MS; a reopen: always).
  */
-static bool
+static int
 env_swapped(struct lstore *s, bool by_name)
 {
 	struct stat st;
 	int fd;
 
 	if (gen_load(s) != s->gen)
-		return true;
-	if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0 ||
-	    st.st_nlink == 0)
-		return true;
-	if (!by_name)
-		return false;
+		return SW_SWAPPED;
+	if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0)
+		return SW_SWAPPED;
+	if (st.st_nlink > 0 && !by_name)
+		return SW_NO;
 	if (stat(s->datapath, &st) != 0)
-		return true;
-	return st.st_ino != s->data_ino || st.st_dev != s->data_dev;
+		return errno == ENOENT || errno == ENOTDIR ? SW_REMOVED :
+		    SW_SWAPPED;
+	return st.st_ino != s->data_ino || st.st_dev != s->data_dev ?
+	    SW_SWAPPED : SW_NO;
 }
 
 /* write_txn(): look the name up too when GEN_POLL_MS has passed. */
-static bool
+static int
 env_swapped_txn(struct lstore *s)
 {
 	uint64_t now = mono_ms();
@@ -919,6 +1010,88 @@ env_swapped_txn(struct lstore *s)
 	return env_swapped(s, by_name);
 }
 
+/*
+ * True if the mapped data.mdb was cut short while open: shorter than its
+ * two meta pages, or shorter than it has been (LMDB never shrinks the file
+ * without MDB_WRITEMAP, which is never used here; the page count in the
+ * meta page is no bound, pages it counts need not have been written).  A
+ * read of a page past the new end faults.  s->env open, s->rw held, no
+ * transaction of ours begun.  Pages another process wrote past the length
+ * seen here are not covered: lookups are guarded anyway (guarded_get()).
+ */
+static bool
+data_short(struct lstore *s)
+{
+	struct stat st;
+	uint64_t seen, len;
+	int fd;
+
+	if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0)
+		return false;
+	len = (uint64_t)st.st_size;
+	seen = atomic_load(&s->data_len);
+	while (len > seen && !atomic_compare_exchange_weak(&s->data_len, &seen,
+	    len))
+		;
+	return len < 2 * (uint64_t)s->psize || len < seen;
+}
+
+/*
+ * Close the environment because its file is gone or damaged (s->rw not
+ * held): lookups and writes fail and the store reports itself disconnected
+ * until a reopen succeeds (see "Faults while open" at the top).
+ */
+static void
+env_down(struct lstore *s, int why)
+{
+	pthread_rwlock_wrlock(&s->rw);
+	if (s->env != NULL) {
+		locked_hook(s, "down");
+		atomic_store(&s->up, false);
+		rtxn_drop(s);
+		mdb_env_close(s->env);
+		s->env = NULL;
+		s->env_rc = SG_ESTORE;
+		s->fault = why;
+		s->fault_dev = s->data_dev;
+		s->fault_ino = s->data_ino;
+	}
+	pthread_rwlock_unlock(&s->rw);
+}
+
+static int down_err(const struct lstore *, sg_error *);
+
+/* down_err() for a caller that holds no lock. */
+static int
+store_down_err(struct lstore *s, sg_error *err)
+{
+	int rc;
+
+	pthread_rwlock_rdlock(&s->rw);
+	rc = down_err(s, err);
+	pthread_rwlock_unlock(&s->rw);
+	return rc;
+}
+
+/* Why the store is down, as an error (s->rw held, s->env NULL). */
+static int
+down_err(const struct lstore *s, sg_error *err)
+{
+	int rc = s->env_rc != 0 ? s->env_rc : SG_ESTORE;
+
+	switch (s->fault) {
+	case FAULT_REMOVED:
+		return sg_seterr(err, rc, "store '%s' was removed while open; "
+		    "a new one is created at the next write", s->dir);
+	case FAULT_TRUNCATED:
+		return sg_seterr(err, rc, "store '%s': data.mdb was cut short "
+		    "while open; it holds hints only: delete it", s->dir);
+	default:
+		return sg_seterr(err, rc, "store '%s' is closed: %s", s->dir,
+		    sg_strerror(rc));
+	}
+}
+
 /* Close and reopen the environment if it was swapped or is closed
  * (s->rw write-locked). */
 static int
@@ -926,7 +1099,7 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 {
 	int rc;
 
-	if (s->env != NULL && !env_swapped(s, true))
+	if (s->env != NULL && env_swapped(s, true) == SW_NO)
 		return 0;
 	locked_hook(s, "reopen");
 	rtxn_drop(s);
@@ -934,9 +1107,12 @@ env_reopen_locked(struct lstore *s, sg_error *err)
 		mdb_env_close(s->env);
 		s->env = NULL;
 	}
-	if ((rc = env_open(s, err)) != 0)
+	/* up stays as it was across a reopen (a compaction's swap is not a
+	 * disconnection, and lookups wait on s->rw meanwhile) */
+	if ((rc = env_open(s, err)) != 0) {
 		s->env_rc = rc;
-	else
+		atomic_store(&s->up, false);
+	} else
 		atomic_fetch_add(&s->reopens, 1);
 	return rc;
 }
@@ -1060,6 +1236,13 @@ env_enter_nowait(struct lstore *s, sg_error *err)
 		pthread_rwlock_rdlock(&s->rw);
 		if (s->env != NULL && gen_load(s) == s->gen)
 			return 0;
+		if (s->env == NULL && s->fault != FAULT_NONE) {
+			/* Down: a lookup never makes a new store. */
+			rc = down_err(s, err);
+			pthread_rwlock_unlock(&s->rw);
+			maint_request(s, MAINT_REOPEN);
+			return rc;
+		}
 		pthread_rwlock_unlock(&s->rw);
 		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
 			rc = env_reopen_locked(s, err);
@@ -1077,24 +1260,6 @@ env_enter_nowait(struct lstore *s, sg_error *err)
 		return sg_seterr(err, rc, "store is being reopened");
 	}
 	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
-}
-
-/* Begin a read transaction (s->rw read-locked).  MDB_MAP_RESIZED passes. */
-static int
-rtxn_get(struct lstore *s, MDB_txn **txn)
-{
-	MDB_txn *t = atomic_exchange(&s->rtxn, NULL);
-	int rc;
-
-	if (t != NULL) {
-		if ((rc = mdb_txn_renew(t)) == 0) {
-			*txn = t;
-			return 0;
-		}
-		mdb_txn_abort(t);
-		return rc;
-	}
-	return mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
 }
 
 static void
@@ -1122,8 +1287,16 @@ write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
 	int rc, tries;
 
 	for (tries = 0; tries < MAX_RETRIES; tries++) {
+		int sw;
+
 		if ((rc = env_enter(s, err)) != 0)
 			return rc;
+		/* A file cut short under us faults where LMDB reads it. */
+		if (data_short(s)) {
+			pthread_rwlock_unlock(&s->rw);
+			env_down(s, FAULT_TRUNCATED);
+			return store_down_err(s, err);
+		}
 		rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 		if (rc == MDB_MAP_RESIZED) {
 			pthread_rwlock_unlock(&s->rw);
@@ -1135,9 +1308,14 @@ write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
 			return lerr(err, rc, "cannot begin a write transaction");
 		}
 		/* Under the writer lock: is data.mdb still our file? */
-		if (env_swapped_txn(s)) {
+		if ((sw = env_swapped_txn(s)) != SW_NO) {
 			mdb_txn_abort(txn);
 			pthread_rwlock_unlock(&s->rw);
+			if (sw == SW_REMOVED) {
+				/* The batch fails; the next one recreates. */
+				env_down(s, FAULT_REMOVED);
+				return store_down_err(s, err);
+			}
 			if ((rc = env_reopen(s, err)) != 0)
 				return rc;
 			continue;
@@ -1245,8 +1423,10 @@ entry_evict_oldest(struct lstore *s, MDB_txn *txn, MDB_cursor *cur,
 
 /*
  * Write op's entry through the batch's cursors (cm on the main database,
- * ct on the time index): one descent finds the old entry and overwrites it
- * in place (MDB_CURRENT); the new index key, the newest write, normally
+ * ct on the time index): one descent, a put that refuses to overwrite
+ * (MDB_NOOVERWRITE), inserts a new key, or finds the old entry and leaves
+ * the cursor on it, which is then overwritten in place (MDB_CURRENT) once
+ * its old index key is gone; the new index key, the newest write, normally
  * sorts last and is appended without a search (MDB_APPEND; a key that does
  * not sort last, a clock step back or a restored write time, takes the
  * ordinary put).
@@ -1257,13 +1437,15 @@ entry_put(MDB_cursor *cm, MDB_cursor *ct, const struct op *op, uint64_t seq,
 {
 	MDB_val k = { SGI_DIGEST_LEN, (void *)(uintptr_t)op->digest }, v, ik, d;
 	unsigned char vbuf[VAL_HDR + SG_ID_MAX], ibuf[IDX_LEN];
-	unsigned flags = 0;
 	int rc;
 
 	memcpy(vbuf, &op->t, 8);
 	memcpy(vbuf + 8, &seq, 8);
 	memcpy(vbuf + VAL_HDR, op->id, op->id_len);
-	if ((rc = mdb_cursor_get(cm, &k, &v, MDB_SET_KEY)) == 0) {
+	v.mv_size = VAL_HDR + op->id_len;
+	v.mv_data = vbuf;
+	rc = mdb_cursor_put(cm, &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {
 		uint64_t ot = 0, oseq = 0;
 
 		if (v.mv_size >= VAL_HDR) {
@@ -1279,14 +1461,12 @@ entry_put(MDB_cursor *cm, MDB_cursor *ct, const struct op *op, uint64_t seq,
 			rc = mdb_cursor_del(ct, 0);
 		if (rc != 0 && rc != MDB_NOTFOUND)
 			return rc;
-		flags = MDB_CURRENT;
-	} else if (rc == MDB_NOTFOUND)
+		v.mv_size = VAL_HDR + op->id_len;
+		v.mv_data = vbuf;
+		rc = mdb_cursor_put(cm, &k, &v, MDB_CURRENT);
+	} else if (rc == 0)
 		(*count)++;
-	else
-		return rc;
-	v.mv_size = VAL_HDR + op->id_len;
-	v.mv_data = vbuf;
-	if ((rc = mdb_cursor_put(cm, &k, &v, flags)) != 0)
+	if (rc != 0)
 		return rc;
 	be64_put(ibuf, op->t);
 	be64_put(ibuf + 8, seq);
@@ -1416,19 +1596,57 @@ pad_fn(struct lstore *s, MDB_txn *txn, void *arg)
 
 /* --- the store thread ---------------------------------------------------- */
 
-static void
-process(struct lstore *s, const struct op *ops, size_t n)
+/*
+ * Before a partial batch commits, top it up with what was queued since the
+ * store thread took its work (in order, from the front of the queue, as
+ * much as the work buffer holds): a batch is cut short only when nothing
+ * waits, never made to wait.  The n ops left at s->w + *off move to the
+ * front of s->w.  True if ops were added.
+ */
+static bool
+topup(struct lstore *s, size_t *off, size_t *n)
 {
-	size_t off, chunk;
+	size_t k, avail;
 
-	for (off = 0; off < n; off += chunk) {
+	pthread_mutex_lock(&s->mu);
+	avail = s->qlen - s->qhead;
+	if (avail == 0 || *n >= s->o.batch_max || *n >= s->wcap) {
+		pthread_mutex_unlock(&s->mu);
+		return false;
+	}
+	if (*off > 0)
+		memmove(s->w, s->w + *off, *n * sizeof(*s->w));
+	*off = 0;
+	k = s->o.batch_max - *n;
+	if (k > s->wcap - *n)
+		k = s->wcap - *n;
+	if (k > avail)
+		k = avail;
+	memcpy(s->w + *n, s->q + s->qhead, k * sizeof(*s->w));
+	s->qhead += k;
+	if (s->qhead == s->qlen)
+		s->qhead = s->qlen = 0;
+	*n += k;
+	pthread_mutex_unlock(&s->mu);
+	return true;
+}
+
+/* Commit the n ops at s->w + off in batches of at most batch_max. */
+static void
+process(struct lstore *s, size_t off, size_t n)
+{
+	size_t chunk;
+
+	while (n > 0) {
 		struct batch b;
 		sg_store_commit ci;
 		sg_error e;
 		int rc;
 
-		chunk = n - off < s->o.batch_max ? n - off : s->o.batch_max;
-		b.ops = ops + off;
+		if (n < s->o.batch_max)
+			(void)topup(s, &off, &n);
+		chunk = n < s->o.batch_max ? n : s->o.batch_max;
+		b.ops = s->w + off;
 		b.n = chunk;
 		b.now = sgi_store_now(&s->o);
 		sg_error_clear(&e);
@@ -1457,6 +1675,8 @@ process(struct lstore *s, const struct op *ops, size_t n)
 		}
 		pthread_cond_broadcast(&s->done_cv);
 		pthread_mutex_unlock(&s->mu);
+		off += chunk;
+		n -= chunk;
 	}
 }
 
@@ -1469,9 +1689,90 @@ env_stale(struct lstore *s)
 	bool stale;
 
 	pthread_rwlock_rdlock(&s->rw);
-	stale = s->env == NULL || gen_load(s) != s->gen;
+	stale = s->env != NULL && gen_load(s) != s->gen;
 	pthread_rwlock_unlock(&s->rw);
 	return stale;
+}
+
+/* Take s->rw for reading if the environment is open; never reopens. */
+static bool
+env_enter_up(struct lstore *s)
+{
+	pthread_rwlock_rdlock(&s->rw);
+	if (s->env != NULL)
+		return true;
+	pthread_rwlock_unlock(&s->rw);
+	return false;
+}
+
+/*
+ * A down store is opened again only when a data.mdb is back by another
+ * hand (a new file, or the directory made again): lookups and an idle
+ * store thread never create one, writes do (env_enter).
+ */
+static void
+reopen_if_back(struct lstore *s)
+{
+	struct stat st;
+
+	if (stat(s->datapath, &st) == 0 && (st.st_ino != s->fault_ino ||
+	    st.st_dev != s->fault_dev))
+		(void)env_reopen(s, NULL);
+}
+
+/*
+ * Every GEN_POLL_MS on the store thread, busy or idle: is data.mdb still
+ * there, still ours and as long as the map needs?  A removed or cut file
+ * closes the environment (env_down); a replaced one is reopened.  While
+ * down, a data.mdb that another process put back (a new file, or the
+ * directory made again) is opened; an idle store never creates one.
+ */
+static void
+env_health(struct lstore *s)
+{
+	bool down, cut = false;
+	int sw = SW_NO;
+
+	pthread_rwlock_rdlock(&s->rw);
+	down = s->env == NULL;
+	if (!down && (sw = env_swapped(s, true)) == SW_NO)
+		cut = data_short(s);
+	pthread_rwlock_unlock(&s->rw);
+	if (down) {
+		reopen_if_back(s);
+		return;
+	}
+	if (sw == SW_REMOVED)
+		env_down(s, FAULT_REMOVED);
+	else if (cut)
+		env_down(s, FAULT_TRUNCATED);
+	else if (sw == SW_SWAPPED)
+		(void)env_reopen(s, NULL);
+}
+
+/* Requests from lookups (MAINT_*); a reopen of a down store at most every
+ * GEN_POLL_MS. */
+static void
+maintain(struct lstore *s, unsigned maint)
+{
+	uint64_t now = mono_ms();
+	bool down;
+
+	if (maint & MAINT_FAULT)
+		env_down(s, FAULT_TRUNCATED);
+	if (maint & MAINT_REOPEN) {
+		pthread_rwlock_rdlock(&s->rw);
+		down = s->env == NULL;
+		pthread_rwlock_unlock(&s->rw);
+		if (!down)
+			(void)env_reopen(s, NULL);
+		else if (now - s->last_retry >= GEN_POLL_MS) {
+			s->last_retry = now;
+			reopen_if_back(s);
+		}
+	}
+	if (maint & MAINT_ADOPT)
+		env_adopt(s);
 }
 
 static void
@@ -1483,10 +1784,14 @@ periodic(struct lstore *s, bool force_sync)
 	/* Leave a replaced file soon even when idle (see the top comment). */
 	if (!force_sync && env_stale(s))
 		(void)env_reopen(s, NULL);
+	if (!force_sync && now - s->last_health >= GEN_POLL_MS) {
+		s->last_health = now;
+		env_health(s);
+	}
 
 	if (s->dirty && (force_sync || (s->o.sync_interval_ms > 0 &&
 	    now - s->last_sync >= s->o.sync_interval_ms))) {
-		if (!s->o.sync && env_enter(s, NULL) == 0) {
+		if (!s->o.sync && env_enter_up(s)) {
 			mdb_env_sync(s->env, 1);
 			pthread_rwlock_unlock(&s->rw);
 		}
@@ -1494,7 +1799,7 @@ periodic(struct lstore *s, bool force_sync)
 		s->last_sync = now;
 	}
 	if (now - s->last_check >= READER_CHECK_MS) {
-		if (env_enter(s, NULL) == 0) {
+		if (env_enter_up(s)) {
 			if (mdb_reader_check(s->env, &dead) == 0 && dead > 0)
 				atomic_fetch_add(&s->stale_readers,
 				    (uint32_t)dead);
@@ -1514,9 +1819,9 @@ store_main(void *arg)
 		struct op *tmp;
 		struct job *job;
 		unsigned maint;
-		size_t n, cap;
+		size_t n, off, cap;
 
-		while (s->qlen == 0 && s->job == NULL && !s->stop &&
+		while (s->qlen == s->qhead && s->job == NULL && !s->stop &&
 		    atomic_load(&s->maint) == 0) {
 			uint64_t now = mono_ms(), due;
 			struct timespec ts;
@@ -1543,26 +1848,24 @@ store_main(void *arg)
 			if (rc == ETIMEDOUT)
 				break;
 		}
-		if (s->stop && s->qlen == 0 && s->job == NULL)
+		if (s->stop && s->qlen == s->qhead && s->job == NULL)
 			break;
-		n = s->qlen;
+		n = s->qlen - s->qhead;
+		off = s->qhead;
 		tmp = s->q;
 		cap = s->qcap;
 		s->q = s->w;
 		s->qcap = s->wcap;
 		s->w = tmp;
 		s->wcap = cap;
-		s->qlen = 0;
+		s->qlen = s->qhead = 0;
 		job = s->job;
 		pthread_mutex_unlock(&s->mu);
 
-		maint = atomic_exchange(&s->maint, 0);
-		if (maint & MAINT_REOPEN)
-			(void)env_reopen(s, NULL);
-		if (maint & MAINT_ADOPT)
-			env_adopt(s);
+		if ((maint = atomic_exchange(&s->maint, 0)) != 0)
+			maintain(s, maint);
 		if (n > 0)
-			process(s, s->w, n);
+			process(s, off, n);
 		if (job != NULL) {
 			job->rc = do_compact(s, job->r, &job->err);
 			pthread_mutex_lock(&s->mu);
@@ -1596,6 +1899,12 @@ enqueue(struct lstore *s, const struct op *op, bool trylock, uint64_t *seq,
 	if (s->stop) {
 		rc = sg_seterr(err, EPIPE, "store is closing");
 		goto out;
+	}
+	if (s->qlen == s->qcap && s->qhead > 0) {	/* reuse the taken front */
+		memmove(s->q, s->q + s->qhead, (s->qlen - s->qhead) *
+		    sizeof(*s->q));
+		s->qlen -= s->qhead;
+		s->qhead = 0;
 	}
 	if (s->qlen == s->qcap) {
 		size_t ncap = s->qcap == 0 ? 256 : s->qcap * 2;
@@ -1695,7 +2004,7 @@ compact_swap(struct lstore *s, uint64_t *generation, sg_error *err)
 			pthread_rwlock_unlock(&s->rw);
 			return lerr(err, rc, "cannot begin a write transaction");
 		}
-		if (env_swapped(s, true)) {
+		if (env_swapped(s, true) != SW_NO) {
 			mdb_txn_abort(w);
 			pthread_rwlock_unlock(&s->rw);
 			if ((rc = env_reopen(s, err)) != 0)
@@ -1796,31 +2105,167 @@ do_compact(struct lstore *s, sg_store_compact_result *r, sg_error *err)
 	return 0;
 }
 
+/* --- lookups that survive a file cut short -------------------------------- */
+
+/*
+ * A page of the mapping past the end of a data.mdb cut short while open
+ * faults with SIGBUS.  A lookup reads the map with a guard armed on its
+ * thread: the process-wide handler (installed once, at the first open)
+ * jumps back out of LMDB to the guard, which ends the read transaction and
+ * fails the lookup; the store thread then closes the environment.  A
+ * SIGBUS anywhere else goes to the disposition there was before (by
+ * default the process dies, as it would without the store).  LMDB's read
+ * path takes no lock and allocates nothing, so leaving it by a jump leaves
+ * nothing half done but the transaction, which the guard aborts.
+ */
+static _Thread_local sigjmp_buf *volatile bus_guard;
+static struct sigaction bus_prev;
+static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+bus_handler(int sig, siginfo_t *si, void *uc)
+{
+	sigjmp_buf *jb = bus_guard;
+
+	if (jb != NULL && (si == NULL || si->si_code > 0)) {
+		bus_guard = NULL;
+		siglongjmp(*jb, 1);
+	}
+	if ((bus_prev.sa_flags & SA_SIGINFO) != 0 &&
+	    bus_prev.sa_sigaction != NULL) {
+		bus_prev.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+		bus_prev.sa_handler(sig);
+		return;
+	}
+	/* The default: the faulting access runs again and kills. */
+	signal(sig, SIG_DFL);
+	if (si == NULL || si->si_code <= 0)
+		raise(sig);
+}
+
+/* At every open: (re)install the handler unless it is the one in place. */
+static void
+bus_install(void)
+{
+	struct sigaction sa, cur;
+
+	bool ours;
+
+	pthread_mutex_lock(&bus_mu);
+	if (sigaction(SIGBUS, NULL, &cur) != 0)
+		goto out;
+	/* Ours, put back by someone who saved it with signal(): no
+	 * SA_SIGINFO, and the handler it chains to is still the one saved. */
+	ours = (cur.sa_flags & SA_SIGINFO) != 0 ?
+	    cur.sa_sigaction == bus_handler :
+	    cur.sa_handler == (void (*)(int))(void (*)(void))bus_handler;
+	if (ours && (cur.sa_flags & SA_SIGINFO) != 0)
+		goto out;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = bus_handler;
+	/* SA_NODEFER: the jump out does not restore a signal mask (saving
+	 * one would cost a system call per lookup), so SIGBUS must not be
+	 * blocked while the handler runs. */
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &cur) == 0 && !ours)
+		bus_prev = cur;
+out:
+	pthread_mutex_unlock(&bus_mu);
+}
+
+static void maint_request_try(struct lstore *, unsigned);
+
+#define GET_FAULT	(-30000)	/* guarded_get(): the read faulted */
+
+/*
+ * Read k's value (s->rw read-locked) into vbuf (up to VAL_HDR + SG_ID_MAX
+ * bytes, *vlen its full length) with the guard armed: 0, MDB_NOTFOUND, an
+ * LMDB error (MDB_MAP_RESIZED from the begin), or GET_FAULT.
+ */
+static int
+guarded_get(struct lstore *s, const sgi_lckey *k, unsigned char *vbuf,
+    size_t *vlen)
+{
+	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
+	MDB_txn *volatile held = NULL;
+	MDB_txn *txn;
+	sigjmp_buf jb;
+	int rc;
+
+	if (sigsetjmp(jb, 0) != 0) {
+		bus_guard = NULL;
+		if (held != NULL)
+			mdb_txn_abort(held);
+		return GET_FAULT;
+	}
+	bus_guard = &jb;
+	if ((txn = atomic_exchange(&s->rtxn, NULL)) != NULL) {
+		held = txn;
+		if ((rc = mdb_txn_renew(txn)) != 0) {
+			held = NULL;
+			mdb_txn_abort(txn);
+			goto out;
+		}
+	} else if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
+		goto out;
+	held = txn;
+	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	if (rc == 0) {
+		*vlen = val.mv_size;
+		memcpy(vbuf, val.mv_data, val.mv_size < VAL_HDR + SG_ID_MAX ?
+		    val.mv_size : VAL_HDR + SG_ID_MAX);
+	}
+	held = NULL;
+	rtxn_put(s, txn);
+out:
+	bus_guard = NULL;
+	return rc;
+}
+
 /* --- the backend operations ---------------------------------------------- */
 
 /*
- * The end of both lookups: read k in txn (taken under the read lock), end
- * the transaction and the lock, and queue an expired entry's deletion
- * (nowait: only if the queue's lock is free).
+ * Both lookups: read k (s->rw read-locked, released here) and queue an
+ * expired entry's deletion (nowait: only if the queue's lock is free).
+ * A fault on the mapping (the file cut short) fails the lookup and asks the
+ * store thread to close the environment.  MDB_MAP_RESIZED is returned with
+ * s->rw still held, for the caller to adopt the new size.
  */
 static int
-read_entry(struct lstore *s, MDB_txn *txn, const sgi_lckey *k, uint64_t now,
-    bool nowait, sg_store_entry *out, sg_error *err)
+read_entry(struct lstore *s, const sgi_lckey *k, uint64_t now, bool nowait,
+    sg_store_entry *out, sg_error *err)
 {
-	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
+	unsigned char vbuf[VAL_HDR + SG_ID_MAX];
+	MDB_val val;
 	uint64_t t = 0, seq;
 	const char *id;
-	size_t id_len;
+	size_t id_len, vlen = 0;
 	bool hit = false;
 	int rc;
 
-	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	rc = guarded_get(s, k, vbuf, &vlen);
+	if (rc == MDB_MAP_RESIZED)
+		return rc;
+	pthread_rwlock_unlock(&s->rw);
+	if (rc == GET_FAULT) {
+		atomic_store(&s->up, false);
+		if (nowait)
+			maint_request_try(s, MAINT_FAULT);
+		else
+			maint_request(s, MAINT_FAULT);
+		return sg_seterr(err, SG_ESTORE, "store '%s': data.mdb was cut "
+		    "short while open; it holds hints only: delete it", s->dir);
+	}
+	val.mv_size = vlen;
+	val.mv_data = vbuf;
 	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
 		hit = true;
 		entry_fill(out, k->text, k->digest, t, id, id_len, now);
 	}
-	rtxn_put(s, txn);
-	pthread_rwlock_unlock(&s->rw);
 	if (rc != 0 && rc != MDB_NOTFOUND)
 		return lerr(err, rc, "lookup");
 	if (!hit)
@@ -1842,7 +2287,6 @@ static int
 lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 {
 	struct lstore *s = be;
-	MDB_txn *txn;
 	uint64_t now;
 	int rc, tries;
 
@@ -1850,24 +2294,20 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 	for (tries = 0;; tries++) {
 		if ((rc = env_enter_nowait(s, err)) != 0)
 			return rc;
-		rc = rtxn_get(s, &txn);
-		if (rc == MDB_MAP_RESIZED && tries < MAX_RETRIES) {
-			pthread_rwlock_unlock(&s->rw);
-			if (pthread_rwlock_trywrlock(&s->rw) == 0) {
-				env_adopt_locked(s);
-				pthread_rwlock_unlock(&s->rw);
-				continue;
-			}
-			maint_request(s, MAINT_ADOPT);
-			return sg_seterr(err, EAGAIN, "store map is being resized");
-		}
-		if (rc != 0) {
-			pthread_rwlock_unlock(&s->rw);
+		rc = read_entry(s, k, now, false, out, err);
+		if (rc != MDB_MAP_RESIZED)
+			return rc;
+		pthread_rwlock_unlock(&s->rw);
+		if (tries >= MAX_RETRIES)
 			return lerr(err, rc, "read transaction");
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
+			env_adopt_locked(s);
+			pthread_rwlock_unlock(&s->rw);
+			continue;
 		}
-		break;
+		maint_request(s, MAINT_ADOPT);
+		return sg_seterr(err, EAGAIN, "store map is being resized");
 	}
-	return read_entry(s, txn, k, now, false, out, err);
 }
 
 /* Ask the store thread for maintenance without waiting for its mutex: an
@@ -1897,10 +2337,10 @@ env_enter_try(struct lstore *s, sg_error *err)
 		return sg_seterr(err, EBUSY,
 		    "store is being resized or reopened");
 	if (s->env == NULL) {
-		rc = s->env_rc != 0 ? s->env_rc : SG_ESTORE;
+		rc = down_err(s, err);
 		pthread_rwlock_unlock(&s->rw);
 		maint_request_try(s, MAINT_REOPEN);
-		return sg_seterr(err, rc, "store is being reopened");
+		return rc;
 	}
 	if (gen_load(s) != s->gen)
 		maint_request_try(s, MAINT_REOPEN);
@@ -1913,7 +2353,6 @@ lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
     sg_error *err)
 {
 	struct lstore *s = be;
-	MDB_txn *txn;
 	uint64_t now;
 	int rc, tries;
 
@@ -1921,24 +2360,20 @@ lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
 	for (tries = 0;; tries++) {
 		if ((rc = env_enter_try(s, err)) != 0)
 			return rc;
-		rc = rtxn_get(s, &txn);
-		if (rc == MDB_MAP_RESIZED && tries < 2) {
-			pthread_rwlock_unlock(&s->rw);
-			if (pthread_rwlock_trywrlock(&s->rw) == 0) {
-				env_adopt_locked(s);
-				pthread_rwlock_unlock(&s->rw);
-				continue;
-			}
-			maint_request_try(s, MAINT_ADOPT);
-			return sg_seterr(err, EBUSY, "store map is being resized");
-		}
-		if (rc != 0) {
-			pthread_rwlock_unlock(&s->rw);
+		rc = read_entry(s, k, now, true, out, err);
+		if (rc != MDB_MAP_RESIZED)
+			return rc;
+		pthread_rwlock_unlock(&s->rw);
+		if (tries >= 2)
 			return lerr(err, rc, "read transaction");
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
+			env_adopt_locked(s);
+			pthread_rwlock_unlock(&s->rw);
+			continue;
 		}
-		break;
+		maint_request_try(s, MAINT_ADOPT);
+		return sg_seterr(err, EBUSY, "store map is being resized");
 	}
-	return read_entry(s, txn, k, now, true, out, err);
 }
 
 static int
@@ -2179,6 +2614,15 @@ lm_close(void *be)
 	lm_free(s);
 }
 
+/* Open and sound: false while the store is down (its file removed or cut). */
+static bool
+lm_connected(void *be)
+{
+	struct lstore *s = be;
+
+	return atomic_load(&s->up);
+}
+
 static void
 lm_set_hook(void *be, const struct sgi_store_hook *h)
 {
@@ -2199,6 +2643,7 @@ static const struct sgi_store_ops lmdb_ops = {
 	.compact = lm_compact,
 	.close = lm_close,
 	.set_hook = lm_set_hook,
+	.connected = lm_connected,
 };
 
 static char *
@@ -2228,6 +2673,8 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 	s->o = *o;
 	s->genfd = -1;
 	atomic_init(&s->rtxn, NULL);
+	atomic_init(&s->up, false);
+	bus_install();
 	atomic_init(&s->hook, NULL);
 	pthread_rwlockattr_init(&ra);
 	pthread_rwlockattr_setkind_np(&ra,

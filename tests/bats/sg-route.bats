@@ -755,3 +755,137 @@ mixed_stream() {
 	run -65 --separate-stderr "$ROUTE" --ndjson <<<"{\"snapshot\":$snap,\"request\":$req,\"decisions\":1}"
 	[[ $stderr == *"decisions: unknown field"* ]]
 }
+
+# A stream of request lines in every form the JSON text allows and a few it
+# does not: escapes (short, \u, surrogate pairs, bad ones), raw UTF-8 (and
+# invalid bytes), odd white space, repeated and escaped member names,
+# numbers at and past their limits, missing, unknown and mistyped fields.
+odd_stream() {
+	local f v n
+	printf '{"snapshot": %s}\n' "$(jq -c . "$F/abc-free.json")"
+	while IFS= read -r f; do
+		printf '{"request": {"request_id": "%s", "model": "m", "input_tokens": 1}}\n' "$f"
+		printf '{"request": {"request_id": "r", "model": "%s", "input_tokens": 1, "cache_affinity_key": "%s", "routing_key": "%s"}}\n' "$f" "$f" "$f"
+		printf '{"request": {"request_id": "r", "model": "m", "input_tokens": 1, "excluded_cluster_ids": ["%s", "A"], "last_cluster_id": "%s"}}\n' "$f" "$f"
+	done <<-'FORMS'
+	plain
+	  padded  
+	\u0020lead\u0009
+	q\"uote
+	back\\slash
+	sl\/ash
+	ctl\b\f\n\r\t
+	caf\u00e9
+	\u65E5\u672c
+	\ud83d\ude00
+	\uDBFF\uDFFF
+	café 日本 😀
+	del
+	\u0000
+	\ud800
+	\udc00x
+	\ud800\u0041
+	\x
+	\u12
+	
+	   
+	FORMS
+	printf '{"request": {"request_id": "%b", "model": "m", "input_tokens": 1}}\n' 'raw\xff' 'raw\xc0\x80' 'raw\xed\xa0\x80' 'raw\x01' 'raw\x7f' 'raw\xe6\x97'
+	for n in 0 01 -0 -1 1.0 1e2 999999999999999999 1000000000000000000 9223372036854775807 9223372036854775808 18446744073709551615 '"1"' null; do
+		printf '{"request": {"request_id": "n", "model": "m", "input_tokens": %s}}\n' "$n"
+		printf '{"request": {"request_id": "n", "model": "m", "input_tokens": 1, "priority": %s, "max_wait_ms": %s, "request_slo_ms": %s}}\n' "$n" "$n" "$n"
+	done
+	printf '{"request": {"request_id": "p", "model": "m", "input_tokens": 1, "priority": %s}}\n' 4294967295 4294967296
+	for v in 0 12.25 100 0.1 0.30000000000000004 1e1 -0.0 -1 12. .5 007; do
+		printf '{"request": {"request_id": "e", "model": "m", "input_tokens": 1, "elapsed_ms": %s}}\n' "$v"
+	done
+	# white space, framing, member names
+	printf '\t{ "request" :\t{"request_id":"w" , "model" : "m","input_tokens":1 } }\r\n'
+	printf '{"request":{"request_id":"w","model":"m","input_tokens":1}}   \t\n'
+	printf '{"request": {"request_id": "w", "model": "m", "input_tokens": 1}\f}\n'
+	printf '{"request": {"request_id": "w", "model": "m", "input_tokens": 1}} x\n'
+	printf '{"request": {"request_id": "w", "model": "m", "input_tokens": 1},}\n'
+	printf '{"request": {"request_id": "w", "model": "m", "input_tokens": 1,}}\n'
+	printf '{"request": {"request_id": "w", "model": "m", "input_tokens": 1}\n'
+	printf '{"request": {"request_id": "d1", "request_id": "d2", "model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"request_id": "d", "model": "m", "input_tokens": 1, "input_tokens": 2}}\n'
+	printf '{"request": {"request_id": "d", "request\\u005fid": "e", "model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"request_id": "a", "model": "m", "input_tokens": 1}, "request": {"request_id": "b", "model": "m", "input_tokens": 1}}\n'
+	printf '{"requ\\u0065st": {"request_id": "u", "model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"request_id": "c", "model": "m", "input_tokens": 1}, "context": {"pid": 1}}\n'
+	printf '{"request": {"request_id": "x", "model": "m", "input_tokens": 1, "colour": "red"}}\n'
+	printf '{"request": {"request_id": "x", "model": "m"}}\n'
+	printf '{"request": {"model": "m", "input_tokens": 1}}\n'
+	printf '{"request": {"request_id": "x", "model": "m", "input_tokens": 1, "excluded_cluster_ids": "A"}}\n'
+	printf '{"request": {"request_id": "x", "model": "m", "input_tokens": 1, "excluded_cluster_ids": ["A", 1]}}\n'
+	printf '{"request": {"request_id": "x", "model": "m", "input_tokens": 1, "routing_method": "teleport"}}\n'
+	printf '{"request": {"request_id": "x", "model": "m", "input_tokens": 1, "routing_method": " pulsar "}}\n'
+	printf '{"request": {}}\n{"request": []}\n{"request": 1}\n[]\n'
+}
+
+@test "--ndjson: the request scan prints the jansson reader's bytes and messages on every stream fixture" {
+	mixed_stream >"$BATS_TEST_TMPDIR/mixed.ndjson"
+	for s in "$F"/*.ndjson "$BATS_TEST_TMPDIR/mixed.ndjson"; do
+		for lb in "" lb-waw-flag.json lb-pwaw-bands-flag.json lb-rr.json; do
+			for extra in "" --until-decided; do
+				c=()
+				[ -n "$lb" ] && c=(-c "$F/$lb")
+				run --separate-stderr "$ROUTE" "${c[@]}" $extra --ndjson "$s"
+				fast=$output fast_err=$stderr fast_rc=$status
+				run --separate-stderr "$ROUTE" "${c[@]}" $extra --reference-reader --reference-writer --ndjson "$s"
+				[ "$fast_rc" = "$status" ] || { echo "${s##*/} $lb $extra: exit $fast_rc vs $status"; false; }
+				[ "$fast" = "$output" ] || { echo "${s##*/} $lb $extra: outputs differ"; diff <(echo "$fast") <(echo "$output"); false; }
+				[ "$fast_err" = "$stderr" ] || { echo "${s##*/} $lb $extra: messages differ"; diff <(echo "$fast_err") <(echo "$stderr"); false; }
+			done
+		done
+	done
+}
+
+@test "--ndjson: escapes, UTF-8, odd white space and duplicate members read as the jansson reader reads them" {
+	odd_stream >"$BATS_TEST_TMPDIR/odd.ndjson"
+	for lb in lb-waw-flag.json ""; do
+		c=()
+		[ -n "$lb" ] && c=(-c "$F/$lb")
+		run --separate-stderr "$ROUTE" "${c[@]}" --ndjson "$BATS_TEST_TMPDIR/odd.ndjson"
+		fast=$output fast_err=$stderr fast_rc=$status
+		run --separate-stderr "$ROUTE" "${c[@]}" --reference-reader --ndjson "$BATS_TEST_TMPDIR/odd.ndjson"
+		[ "$fast_rc" = "$status" ] || { echo "$lb: exit $fast_rc vs $status"; false; }
+		[ "$fast" = "$output" ] || { echo "$lb: outputs differ"; diff <(echo "$fast") <(echo "$output"); false; }
+		[ "$fast_err" = "$stderr" ] || { echo "$lb: messages differ"; diff <(echo "$fast_err") <(echo "$stderr"); false; }
+	done
+	# what the stream means, pinned: both readers could be wrong together
+	[ "$status" = 65 ]
+	[ "$(wc -l <<<"$output")" = 62 ]
+	[ "$(wc -l <<<"$stderr")" = 70 ]
+	ids=$(jq -c '.request_id' <<<"$output")
+	for id in plain padded lead 'q"uote' 'back\slash' sl/ash café 日本 😀 \
+	    $'\U0010ffff' 'café 日本 😀' $'raw\x7f' $'ctl\b'; do
+		grep -qxF "$(jq -cn --arg id "$id" '$id')" <<<"$ids" || { echo "no $id"; false; }
+	done
+	[ "$(jq -r 'select(.request_id == "e") | .elapsed_ms' <<<"$output" | tr '\n' ' ')" = "0 12.25 100 0.1 0.30000000000000004 10 0 " ]
+	[[ $stderr == *":117: duplicate object key near '\"request_id\"'"* ]]
+	[[ $stderr == *":118: duplicate object key near '\"input_tokens\"'"* ]]
+	[[ $stderr == *":119: duplicate object key near '\"request\\u005fid\"'"* ]]
+	[[ $stderr == *":120: duplicate object key near '\"request\"'"* ]]
+	[[ $stderr == *":41: \\u0000 is not allowed"* ]]
+	[[ $stderr == *":65: unable to decode byte 0xff"* ]]
+}
+
+@test "route-vs-jq.sh: every sg-route run's output is checked byte for byte; a difference fails the comparison" {
+	local bench=$BATS_TEST_DIRNAME/../../tools/sg-bench/route-vs-jq.sh
+	run -0 sh "$bench" -b "$BIN" -n 300 -c 8 -r 1
+	[[ $output == *"ratio sg-route / jq (medians): "* ]]
+	[[ $output == *"output: every sg-route run byte-identical"* ]]
+	# an sg-route whose fast path prints one different byte
+	mkdir "$BATS_TEST_TMPDIR/fake"
+	cat >"$BATS_TEST_TMPDIR/fake/sg-route" <<-FAKE
+	#!/bin/sh
+	case "\$*" in
+	*reference*) exec "$ROUTE" "\$@" ;;
+	esac
+	"$ROUTE" "\$@" | sed 's/req-000042/req-00004X/'
+	FAKE
+	chmod +x "$BATS_TEST_TMPDIR/fake/sg-route"
+	run -1 --separate-stderr sh "$bench" -b "$BATS_TEST_TMPDIR/fake" -n 300 -c 8 -r 1 -k "$BATS_TEST_TMPDIR/keep"
+	[[ $stderr == *"output: DIFFERS"* ]]
+}

@@ -630,3 +630,16 @@ JSON
 		"$SIM" -j 2 "$f" | diff "$T/man.txt" -
 	done
 }
+
+@test "performance: tools/sim/fleet-bench.sh reports the user CPU median of each binary and checks they print the same report" {
+	BENCH=$BATS_TEST_DIRNAME/../../tools/sim/fleet-bench.sh
+	scenario
+	run "$BENCH" -n 2 -s "$T/s.json" "$SIM" "$SIM"
+	[ "$status" -eq 0 ]
+	[[ $output == *"round 2 bin 2"*" requests, user "*" s, wall "* ]]
+	[[ $output == *"bin 1: user CPU median "*"(min "*", max "*", n 2) s"* ]]
+	[[ $output == *"ratio bin 1 / bin 2: "* ]]
+	[[ $output != *differ* ]]
+	run "$BENCH" -n 1
+	[ "$status" -eq 64 ]
+}

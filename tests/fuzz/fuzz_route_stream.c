@@ -1,8 +1,9 @@
 /*
  * fuzz_route_stream.c — sg-route's --ndjson stream: its own fast line
  * reader (rd_fill, rd_line: one read(2) per MiB, memchr for the lines),
- * the snapshot-line cache, the hand-written decision writer, and the
- * records they feed to the library.
+ * the snapshot-line cache, the one-pass request scan (scan_record,
+ * sg_request_scan_json: jansson for what it does not take), the
+ * hand-written decision writer, and the records they feed to the library.
  *
  * bin/sg-route.c is compiled into this file with its main renamed and
  * read(2) replaced by fz_read(), which hands the input over in chunks of
@@ -14,7 +15,8 @@
  * during a run.
  *
  * Property: both runs print the same decisions, the same messages and
- * end with the same status.
+ * end with the same status (the shared run reads every record with
+ * jansson, so a line the scan reads differently shows).
  *
  * Input: four control bytes, then the stream.
  *   [0] bits 0-2 read chunk size (1, 3, 64, 4096, 1 MiB, all),
@@ -135,6 +137,7 @@ run(const char *stream, size_t len, int flags, int conf, bool fast,
 		oc->rc = 2;
 	oc->bad = r.bad;
 	free(r.lastsnap);
+	sg_request_release(&r.req);
 	sg_snapshot_free(r.staging);
 	sg_snapshot_free(r.snap);
 	sg_router_free(r.rt);

@@ -633,6 +633,81 @@ test_bad_config_names_the_field(void **state)
 	assert_null(e);
 }
 
+/* The cache index under churn: thousands of keys inserted and evicted
+ * (table growth, deletes that shift probe runs back) and every lookup still
+ * finds exactly the entries LRU keeps. */
+static void
+test_cache_index_survives_insert_evict_churn(void **state)
+{
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	uint64_t k, j;
+
+	(void)state;
+	cfg_simple(&c, 1, 110);		/* ten entries of 10 + 1 tokens */
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 10;
+	r.output_tokens = 1;
+	for (k = 1; k <= 3000; k++) {
+		r.key = k << 20 | 1;		/* keys sharing low bits */
+		assert_int_equal(eng_submit(e, (double)k * 1000, &r, &h), 0);
+		eng_advance(e, INFINITY);
+		assert_int_equal(eng_kv_used(e), k < 10 ? 11 * k : 110);
+		for (j = k > 12 ? k - 12 : 1; j <= k; j++) {
+			r.key = j << 20 | 1;
+			assert_int_equal(eng_cached_prefix(e, &r),
+			    j + 10 > k ? 10 : 0);
+		}
+	}
+	assert_int_equal(eng_counters_get(e)->evicted_entries, 2990);
+	eng_free(e);
+}
+
+/* A remembered entry (eng_info.entry as eng_req.hint) is only a shortcut:
+ * a stale one, whose entry was evicted and sits free, is ignored. */
+static void
+test_stale_cache_hint_is_ignored(void **state)
+{
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h, ea;
+
+	(void)state;
+	cfg_simple(&c, 1, 22);		/* two entries of 10 + 1 tokens */
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 10;
+	r.output_tokens = 1;
+	r.key = 0xA1;
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);
+	ea = eng_peek(e, h)->entry;
+	assert_true(ea != 0);
+	eng_advance(e, INFINITY);
+	r.hint = ea;			/* a live hint: the same answer */
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	r.hint = 0;
+	r.key = 0xB1;
+	assert_int_equal(eng_submit(e, 1000, &r, &h), 0);
+	r.key = 0xC1;			/* evicts A: its entry is free */
+	assert_int_equal(eng_submit(e, 2000, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	r.key = 0xA1;
+	r.hint = ea;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	assert_int_equal(eng_submit(e, 3000, &r, &h), 0);	/* a miss */
+	eng_advance(e, INFINITY);
+	r.hint = 0;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	assert_int_equal(eng_kv_used(e), 22);
+	r.key = 0xC1;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	eng_free(e);
+}
+
 int
 main(void)
 {
@@ -656,6 +731,8 @@ main(void)
 		cmocka_unit_test(test_mean_input_tps_is_measured_prefill_rate),
 		cmocka_unit_test(test_generated_tokens_progress_with_decode_rate),
 		cmocka_unit_test(test_bad_config_names_the_field),
+		cmocka_unit_test(test_cache_index_survives_insert_evict_churn),
+		cmocka_unit_test(test_stale_cache_hint_is_ignored),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

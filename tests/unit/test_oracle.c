@@ -141,6 +141,107 @@ test_kv_first_ties_prefer_a_free_slot_then_room(void **state)
 	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 2);
 }
 
+/* A small deterministic generator for the randomised cases. */
+static uint64_t
+lcg(uint64_t *x)
+{
+	*x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+	return *x >> 33;
+}
+
+/* sg-sim's perfect row picks both clusters in one pass: the same answers
+ * as the two orc_pick calls it replaces, ties included (small value
+ * ranges make ties on every key common). */
+static void
+test_pick_most_equals_two_picks(void **state)
+{
+	orc_cand c[12];
+	uint64_t x = 7;
+	int round, obj;
+
+	(void)state;
+	for (round = 0; round < 20000; round++) {
+		size_t n = 1 + lcg(&x) % 12, i;
+		uint64_t input = 1 + lcg(&x) % 4, mq = lcg(&x) % 3;
+		long best, most;
+
+		for (i = 0; i < n; i++) {
+			c[i] = cand(lcg(&x) % 4, lcg(&x) % 3, 1000, (double)(
+			    lcg(&x) % 2), lcg(&x) % 6, lcg(&x) % 5);
+			c[i].kv_free = (lcg(&x) % 3) * 16384;
+			c[i].eligible = lcg(&x) % 8 != 0;
+			c[i].slot_wait_ms = (double)(lcg(&x) % 2);
+		}
+		for (obj = ORC_TTFT_FIRST; obj <= ORC_KV_FIRST; obj++) {
+			best = orc_pick_most(c, n, input, mq, obj, &most);
+			assert_int_equal(best, orc_pick(c, n, input, mq, obj,
+			    NULL));
+			assert_int_equal(most, orc_pick(c, n, input,
+			    UINT64_MAX, ORC_KV_FIRST, NULL));
+		}
+	}
+	/* Hand case: A holds the most but is full; B has room. */
+	c[0] = cand(5000, 0, 20000, 0, 8, 8);
+	c[1] = cand(0, 0, 20000, 0, 0, 8);
+	{
+		long most;
+
+		assert_int_equal(orc_pick_most(c, 2, 5000, 0, ORC_KV_FIRST,
+		    &most), 1);
+		assert_int_equal(most, 0);
+		c[0].eligible = c[1].eligible = false;
+		assert_int_equal(orc_pick_most(c, 2, 5000, 0, ORC_KV_FIRST,
+		    &most), -1);
+		assert_int_equal(most, -1);
+	}
+}
+
+/* The oracle's load read (eng_load_get) gives eng_cluster's numbers, in
+ * the middle of a prefill too (both models). */
+static void
+test_engine_load_equals_cluster_fields(void **state)
+{
+	eng_config cfg;
+	eng_req r;
+	eng_load l;
+	sg_cluster c;
+	eng *e;
+	uint32_t h;
+	int model, k;
+
+	(void)state;
+	for (model = 0; model < 2; model++) {
+		eng_config_default(&cfg);
+		cfg.slots = 2;
+		cfg.prefill_tps = 1000;
+		cfg.decode_tps = 100;
+		cfg.step_model = model == 1;
+		cfg.kv_capacity_tokens = 5000;
+		assert_int_equal(eng_new(&e, &cfg, NULL, NULL, NULL), 0);
+		memset(&r, 0, sizeof(r));
+		for (k = 0; k < 4; k++) {
+			r.key = 100 + (uint64_t)k;
+			r.input_tokens = 300 + 100 * (uint64_t)k;
+			r.output_tokens = 20;
+			assert_int_equal(eng_submit(e, 0, &r, &h), 0);
+		}
+		for (k = 0; k < 8; k++) {
+			double t = 37.5 * k;
+
+			eng_advance(e, t);
+			memset(&c, 0, sizeof(c));
+			eng_cluster(e, t, &c);
+			eng_load_get(e, t, &l);
+			assert_int_equal(l.backlog, c.queued_input_tokens);
+			assert_near(l.tps, c.max_input_tps, 0);
+			assert_int_equal(l.running, c.running);
+			assert_int_equal(l.slots, c.max_engine_concurrency);
+			assert_int_equal(l.kv_free, c.kv_free_tokens);
+		}
+		eng_free(e);
+	}
+}
+
 /* The probe: what the engine would reuse now, and nothing changes. */
 static void
 test_engine_probe_reads_the_cache_without_changing_it(void **state)
@@ -192,6 +293,8 @@ main(void)
 		cmocka_unit_test(test_kv_first_ties_prefer_a_free_slot_then_room),
 		cmocka_unit_test(
 		    test_engine_probe_reads_the_cache_without_changing_it),
+		cmocka_unit_test(test_pick_most_equals_two_picks),
+		cmocka_unit_test(test_engine_load_equals_cluster_fields),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

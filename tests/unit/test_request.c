@@ -1,8 +1,9 @@
 /*
  * test_request.c — sg_request.c: the JSON form (sg-route(1)), the header
  * form (stargate-headers(7): optional-string and numeric rules, validation
- * order), owned storage and exclusions.  Run from the repository root (fixtures
- * are read from tests/fixtures/codec/).
+ * order), owned storage and exclusions; the scanned JSON text form
+ * (sg_request_scan_json) against jansson and the full parse.  Run from the
+ * repository root (fixtures are read from tests/fixtures/).
  */
 #include "sg_test.h"
 
@@ -1028,6 +1029,535 @@ test_headers_many_lines_keep_first_value(void **state)
 	free(text);
 }
 
+/* --- JSON text form, scanned (sg_request_scan_json) ----------------------- */
+
+/*
+ * What the scan of text[0..len) says and what jansson + the full parse say
+ * about the same object must agree: when the scan takes the text (0), the
+ * object it read (text[0..used)) parses with JSON_REJECT_DUPLICATES and
+ * sg_request_from_json() gives the same request; when it does not, it
+ * answers ENOTSUP and leaves the request all absent.  Returns the scan's
+ * code; *full gets the full parse's on the whole text.
+ */
+static int
+scan_agrees(sg_request *s, const char *text, size_t len, int *full)
+{
+	json_error_t jerr;
+	json_t *j;
+	sg_request f;
+	sg_error err;
+	size_t used = 0, k;
+	int rc, frc;
+
+	sg_error_clear(&err);
+	rc = sg_request_scan_json(s, text, len, &used, &err);
+	sg_request_init(&f);
+	j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	frc = j == NULL ? -1 : sg_request_from_json(&f, j, &err);
+	json_decref(j);
+	sg_request_release(&f);
+	if (full != NULL)
+		*full = frc;
+	if (rc != 0) {
+		if (rc != ENOTSUP)
+			fail_msg("scan: %d for %.*s", rc, (int)len, text);
+		assert_null(s->request_id);
+		assert_null(s->model);
+		assert_int_equal(s->nexcluded, 0);
+		return rc;
+	}
+	assert_true(used <= len);
+	j = json_loadb(text, used, JSON_REJECT_DUPLICATES, &jerr);
+	if (j == NULL)
+		fail_msg("scan took what jansson refuses (%s): %.*s",
+		    jerr.text, (int)used, text);
+	sg_request_init(&f);
+	if (sg_request_from_json(&f, j, &err) != 0)
+		fail_msg("scan took what the full parse refuses (%s): %.*s",
+		    err.text, (int)used, text);
+	assert_request_equal(s, &f);
+	json_decref(j);
+	sg_request_release(&f);
+	/* text after the object is white space: the whole text agrees */
+	for (k = used; k < len && strchr(" \t\r\n", text[k]) != NULL &&
+	    text[k] != '\0'; k++)
+		;
+	if (k == len)
+		assert_int_equal(frc, 0);
+	return rc;
+}
+
+static int
+scan_str(sg_request *s, const char *text)
+{
+	return scan_agrees(s, text, strlen(text), NULL);
+}
+
+static void
+test_scan_json_takes_the_common_forms_as_the_full_parse_reads_them(
+    void **state)
+{
+	static const char *const texts[] = {
+		"{\"request_id\": \"req-000001\", \"model\": \"m\", "
+		"\"routing_key\": \"tenant-1\", \"cache_affinity_key\": "
+		"\"session-0001\", \"input_tokens\": 100}",
+		"{\"request_id\":\"r\",\"model\":\"m\",\"input_tokens\":0,"
+		"\"priority\":4294967295,\"request_slo_ms\":2000,"
+		"\"max_wait_ms\":999999999999999999,\"routing_method\":"
+		"\"pulsar\",\"last_cluster_id\":\"B\",\"excluded_cluster_ids\":"
+		"[\"C\", \"  \", \" D \"],\"elapsed_ms\":12.25}",
+		/* odd white space everywhere JSON allows it */
+		" \t\r\n{ \t\"model\"\r\n:\t\"m\" ,\n\"input_tokens\" : 7 ,"
+		"\"request_id\":\"a\" , \"excluded_cluster_ids\" : [ ] , "
+		"\"elapsed_ms\" : 0 \r\n} \t",
+		/* escapes: every short one, \u in the BMP, a surrogate pair */
+		"{\"request_id\": \"q\\\"uote\\\\back\\/sl\\nnl\\b\\f\\r\\t\","
+		" \"model\": \"caf\\u00e9-\\u65E5-\\ud83d\\ude00\", "
+		"\"input_tokens\": 1}",
+		/* raw UTF-8, and 0x7f */
+		"{\"request_id\": \"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"
+		"\x7f\", \"model\": \"m\", \"input_tokens\": 1}",
+		/* trimmed; escaped white space trims as well */
+		"{\"request_id\": \"  r  \", \"model\": \"\\u0020m\\t\", "
+		"\"routing_key\": \"   \", \"cache_affinity_key\": \"\\n\", "
+		"\"input_tokens\": 1}",
+		/* elapsed_ms as an integer and as long reals */
+		"{\"request_id\":\"r\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"elapsed_ms\":123456789012345678}",
+		"{\"request_id\":\"r\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"elapsed_ms\":0.1000000000000000055511}",
+		"{\"request_id\":\"r\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"elapsed_ms\":0.0}",
+	};
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	sg_request_init(&r);
+	for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		if (scan_str(&r, texts[i]) != 0)
+			fail_msg("not taken: %s", texts[i]);
+	sg_request_release(&r);
+}
+
+static void
+test_scan_json_gives_up_on_duplicates_errors_and_unusual_forms(
+    void **state)
+{
+	static const char *const texts[] = {
+		/* duplicate members: jansson refuses the record */
+		"{\"request_id\":\"a\",\"request_id\":\"b\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"input_tokens\":2}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"excluded_cluster_ids\":[],\"excluded_cluster_ids\":[\"x\"]}",
+		/* an escaped name may be a duplicate of a plain one */
+		"{\"request_id\":\"a\",\"request\\u005fid\":\"b\",\"model\":"
+		"\"m\",\"input_tokens\":1}",
+		/* errors the full parse words */
+		"{\"request_id\":\"a\",\"model\":\"m\"}",
+		"{\"request_id\":\"  \",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"colour\":1}",
+		"{\"request_id\":5,\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":null,\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":-1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1.0}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":\"1\"}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"priority\":4294967296}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"elapsed_ms\":-1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"excluded_cluster_ids\":[\"a\",1]}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"excluded_cluster_ids\":\"a\"}",
+		/* malformed JSON */
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":01}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,}",
+		"{\"request_id\":\"a\" \"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\\u0000\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\ud800\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\udc00\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\ud800\\u0041\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\\x\",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\\u12\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\xc0\x80\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\xed\xa0\x80\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\xe6\x97\",\"model\":\"m\","
+		"\"input_tokens\":1}",
+		"{\"request_id\":\"a\x01\",\"model\":\"m\",\"input_tokens\":1}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1\x0b}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1",
+		"{}",
+		"[]",
+		"",
+		/* accepted by jansson, left to it */
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1e2}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":-0}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":"
+		"1234567890123456789}",
+		"{\"request_id\":\"a\",\"model\":\"m\",\"input_tokens\":1,"
+		"\"elapsed_ms\":1e2}",
+	};
+	sg_request r;
+	size_t i;
+
+	(void)state;
+	sg_request_init(&r);
+	for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		if (scan_str(&r, texts[i]) != ENOTSUP)
+			fail_msg("taken: %s", texts[i]);
+	/* the bad last request does not keep the good one before it */
+	assert_int_equal(scan_str(&r, "{\"request_id\":\"a\",\"model\":\"m\","
+	    "\"input_tokens\":1}"), 0);
+	assert_int_equal(scan_str(&r, texts[0]), ENOTSUP);
+	assert_null(r.request_id);
+	sg_request_release(&r);
+	assert_int_equal(sg_request_scan_json(&r, NULL, 0, NULL, NULL),
+	    ENOTSUP);
+	sg_request_release(&r);
+}
+
+static void
+test_scan_json_agrees_on_the_fixtures(void **state)
+{
+	static const char *const files[] = {
+		"request-spec.json",
+		"../sg-route/req-new.json",
+		"../sg-route/req-nokey-b.json",
+		"../sg-route/req-plain.json",
+		"../sg-route/req-pulsar.json",
+		"../sg-route/req-random.json",
+		"../sg-route/req-returning-b.json",
+		"../sg-route/req-slow.json",
+		"../sg-route/req-stale.json",
+		"../sg-route/req-bad-method.json",
+		/* refused by the full parse: the scan leaves them to it */
+		"../sg-route/req-bad-json.json",
+		"../sg-route/req-unknown-field.json",
+	};
+	sg_request r;
+	char *text;
+	size_t i;
+	int rc, full;
+
+	(void)state;
+	sg_request_init(&r);
+	for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		text = slurp(files[i]);
+		rc = scan_agrees(&r, text, strlen(text), &full);
+		/* every fixture the full parse takes, the scan takes too */
+		if (full == 0 && rc != 0)
+			fail_msg("%s: not taken", files[i]);
+		if (full != 0 && rc == 0)
+			fail_msg("%s: taken", files[i]);
+		if (i == 0)
+			assert_spec_request(&r);
+		free(text);
+	}
+	sg_request_release(&r);
+}
+
+/* --- generated objects ---------------------------------------------------- */
+
+struct gen {
+	uint64_t	 x;		/* xorshift state */
+	char		*p, *end;
+};
+
+static unsigned
+gen_rand(struct gen *g, unsigned n)
+{
+	g->x ^= g->x << 13;
+	g->x ^= g->x >> 7;
+	g->x ^= g->x << 17;
+	return (unsigned)(g->x % n);
+}
+
+static void
+gen_put(struct gen *g, const char *s)
+{
+	size_t n = strlen(s);
+
+	if ((size_t)(g->end - g->p) > n) {
+		memcpy(g->p, s, n);
+		g->p += n;
+	}
+}
+
+/* White space JSON allows (sometimes none), rarely a byte it does not. */
+static void
+gen_ws(struct gen *g)
+{
+	static const char *const ws[] = {
+		"", "", "", " ", " ", "\t", "\r\n", " \t ", "\n",
+	};
+
+	gen_put(g, gen_rand(g, 2000) == 0 ? "\f" : ws[gen_rand(g, 9)]);
+}
+
+/* A string's contents: plain text, escapes, UTF-8, and bad forms now
+ * and then. */
+static void
+gen_chars(struct gen *g)
+{
+	static const char *const good[] = {
+		"a", "req-", "Zz9", " ", "  ", "-_.:/", "\\\"", "\\\\", "\\/",
+		"\\b", "\\f", "\\n", "\\r", "\\t", "\\u0041", "\\u00e9",
+		"\\u65E5", "\\u0020", "\\ud83d\\ude00", "\\uDBFF\\uDFFF",
+		"\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "\x7f",
+		"\xf4\x8f\xbf\xbf", "\xef\xbf\xbf",
+	};
+	static const char *const bad[] = {
+		"\\u0000", "\\ud800", "\\udc00", "\\ud800\\u0041", "\\x",
+		"\\u12", "\\uZZZZ", "\xc0\x80", "\xed\xa0\x80", "\xff", "\x80",
+		"\xe6\x97", "\x01", "\x1f", "\xf4\x90\x80\x80", "\\'",
+	};
+	unsigned i, n = gen_rand(g, 10) == 0 ? 0 : 1 + gen_rand(g, 4);
+
+	for (i = 0; i < n; i++)
+		gen_put(g, gen_rand(g, 150) == 0 ?
+		    bad[gen_rand(g, sizeof(bad) / sizeof(bad[0]))] :
+		    good[gen_rand(g, sizeof(good) / sizeof(good[0]))]);
+}
+
+static void
+gen_string(struct gen *g)
+{
+	gen_put(g, "\"");
+	gen_chars(g);
+	gen_put(g, "\"");
+}
+
+/* A value of the wrong kind for most fields. */
+static void
+gen_other(struct gen *g)
+{
+	static const char *const v[] = {
+		"null", "true", "false", "[]", "{}", "{\"a\":1}", "[1,\"x\"]",
+		"\"5\"", "5",
+	};
+
+	gen_put(g, v[gen_rand(g, sizeof(v) / sizeof(v[0]))]);
+}
+
+static void
+gen_number(struct gen *g)
+{
+	static const char *const v[] = {
+		"0", "1", "7", "100", "4095", "4294967295", "4294967296",
+		"999999999999999999", "1000000000000000000",
+		"9223372036854775807", "9223372036854775808",
+		"18446744073709551615", "01", "00", "-0", "-1", "1.0", "1.5",
+		"0.25", "1e3", "1E-2", "2.5e1", "12.", ".5", "-", "1x",
+		"0.1000000000000000055511151231257827",
+	};
+	char buf[24];
+
+	if (gen_rand(g, 5) != 0) {
+		snprintf(buf, sizeof(buf), "%u", gen_rand(g, 100000));
+		gen_put(g, buf);
+	} else
+		gen_put(g, v[gen_rand(g, sizeof(v) / sizeof(v[0]))]);
+}
+
+static void
+gen_excluded(struct gen *g)
+{
+	unsigned i, n = gen_rand(g, 5);
+
+	gen_put(g, "[");
+	for (i = 0; i < n; i++) {
+		gen_ws(g);
+		if (gen_rand(g, 30) == 0)
+			gen_other(g);
+		else
+			gen_string(g);
+		gen_ws(g);
+		if (i + 1 < n)
+			gen_put(g, ",");
+	}
+	if (gen_rand(g, 80) == 0)
+		gen_put(g, ",");
+	gen_put(g, "]");
+}
+
+/*
+ * A request object: the required fields most of the time, others now and
+ * then, a repeated or unknown or escaped name rarely, values mostly of
+ * the right kind, and rarely a byte flipped, dropped or cut off.
+ */
+static size_t
+gen_object(struct gen *g, char *buf, size_t cap)
+{
+	static const char *const names[] = {
+		"request_id", "model", "input_tokens", "routing_key",
+		"cache_affinity_key", "routing_method", "last_cluster_id",
+		"priority", "request_slo_ms", "max_wait_ms",
+		"excluded_cluster_ids", "elapsed_ms",
+	};
+	const char *name;
+	unsigned order[16], nf = 0, i, f;
+	size_t len;
+
+	g->p = buf;
+	g->end = buf + cap;
+	for (f = 0; f < 3; f++)
+		if (gen_rand(g, 12) != 0)
+			order[nf++] = f;
+	for (f = 3; f < 12; f++)
+		if (gen_rand(g, 3) == 0)
+			order[nf++] = f;
+	if (gen_rand(g, 25) == 0 && nf > 0) {
+		f = order[gen_rand(g, nf)];
+		order[nf++] = f;			/* a duplicate */
+	}
+	for (i = 0; i < nf; i++) {		/* shuffle */
+		unsigned j = gen_rand(g, nf), t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	gen_ws(g);
+	gen_put(g, "{");
+	for (i = 0; i < nf; i++) {
+		f = order[i];
+		name = names[f];
+		gen_ws(g);
+		if (gen_rand(g, 100) == 0)
+			name = gen_rand(g, 2) ? "colour" : "request\\u005fid";
+		gen_put(g, "\"");
+		gen_put(g, name);
+		gen_put(g, "\"");
+		gen_ws(g);
+		gen_put(g, ":");
+		gen_ws(g);
+		if (gen_rand(g, 40) == 0)
+			gen_other(g);
+		else if (f == 2 || (f >= 7 && f <= 9) || f == 11)
+			gen_number(g);
+		else if (f == 10)
+			gen_excluded(g);
+		else
+			gen_string(g);
+		gen_ws(g);
+		if (i + 1 < nf || gen_rand(g, 100) == 0)
+			gen_put(g, ",");
+	}
+	gen_put(g, "}");
+	gen_ws(g);
+	len = (size_t)(g->p - buf);
+	if (len > 2 && gen_rand(g, 20) == 0) {
+		size_t at = gen_rand(g, (unsigned)len);
+
+		switch (gen_rand(g, 3)) {
+		case 0:
+			buf[at] = (char)gen_rand(g, 256);
+			break;
+		case 1:
+			memmove(buf + at, buf + at + 1, len - at - 1);
+			len--;
+			break;
+		default:
+			len = at;
+			break;
+		}
+	}
+	return len;
+}
+
+static bool
+has_high(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if ((unsigned char)s[i] >= 0x80)
+			return true;
+	return false;
+}
+
+static void
+test_scan_json_agrees_with_the_full_parse_on_generated_objects(void **state)
+{
+	struct gen g = { 0x9e3779b97f4a7c15ULL, NULL, NULL };
+	char buf[4096];
+	sg_request r;
+	size_t len, i, taken = 0, refused = 0, esc = 0, utf8 = 0, left = 0;
+	int rc, full;
+
+	(void)state;
+	sg_request_init(&r);
+	for (i = 0; i < 50000; i++) {
+		len = gen_object(&g, buf, sizeof(buf));
+		rc = scan_agrees(&r, buf, len, &full);
+		if (rc == 0) {
+			taken++;
+			if (memchr(buf, '\\', len) != NULL)
+				esc++;
+			if (has_high(buf, len))
+				utf8++;
+		} else if (full != 0)
+			refused++;
+		else
+			left++;		/* taken by the full parse only */
+	}
+	sg_request_release(&r);
+	/* the generator reaches every outcome, often */
+	print_message("taken %zu (escapes %zu, UTF-8 %zu), refused %zu, "
+	    "left to the full parse %zu\n", taken, esc, utf8, refused, left);
+	assert_true(taken > 10000);
+	assert_true(esc > 2000);
+	assert_true(utf8 > 2000);
+	assert_true(refused > 5000);
+	assert_true(left > 500);
+}
+
+/* Requests in a loop reuse the storage: one store, one chunk. */
+static void
+test_scan_json_reuses_storage_and_release_frees_it(void **state)
+{
+	const char *text = "{\"request_id\":\"req-000001\",\"model\":\"m\","
+	    "\"input_tokens\":1,\"excluded_cluster_ids\":[\"A\",\"B\"]} tail";
+	struct sg_request_store *st;
+	const char *id;
+	sg_request r;
+	size_t used;
+	int i;
+
+	(void)state;
+	sg_request_init(&r);
+	assert_int_equal(sg_request_scan_json(&r, text, strlen(text), &used,
+	    NULL), 0);
+	assert_string_equal(text + used, " tail");
+	st = r.store;
+	id = r.request_id;
+	assert_non_null(st);
+	for (i = 0; i < 1000; i++) {
+		r.session_state = SG_SESSION_RETURNING;	/* the router's */
+		assert_int_equal(sg_request_scan_json(&r, text, strlen(text),
+		    &used, NULL), 0);
+		assert_ptr_equal(r.store, st);
+		assert_ptr_equal(r.request_id, id);
+		assert_int_equal(r.session_state, SG_SESSION_UNCLASSIFIED);
+		assert_int_equal(r.nexcluded, 2);
+		assert_string_equal(r.excluded[1], "B");
+	}
+	sg_request_release(&r);
+	assert_null(r.store);
+}
+
 int
 main(void)
 {
@@ -1065,6 +1595,11 @@ main(void)
 		cmocka_unit_test(test_list_copies_strings_and_replaces_previous_content),
 		cmocka_unit_test(test_text_and_list_forms_agree),
 		cmocka_unit_test(test_headers_many_lines_keep_first_value),
+		cmocka_unit_test(test_scan_json_takes_the_common_forms_as_the_full_parse_reads_them),
+		cmocka_unit_test(test_scan_json_gives_up_on_duplicates_errors_and_unusual_forms),
+		cmocka_unit_test(test_scan_json_agrees_on_the_fixtures),
+		cmocka_unit_test(test_scan_json_agrees_with_the_full_parse_on_generated_objects),
+		cmocka_unit_test(test_scan_json_reuses_storage_and_release_frees_it),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -913,6 +913,124 @@ test_classification_kept_across_waits_and_retries(void **state)
 }
 
 /*
+ * Session rules cost at most 5% (issue 13): the router finds the last
+ * cluster through its hint index rather than sg_snapshot_find(); the
+ * answer must be the same.  Property: on snapshots whose ids collide in
+ * their first and last bytes (they differ in the middle only), include
+ * long ones and change between calls (a new ids version), every hint --
+ * a present id in the request's own buffer, the id with a byte changed,
+ * cut short or extended, an unknown name -- gives the same decision,
+ * session state and promotion as the reference router (sg_snapshot_find).
+ */
+static void
+build_hint_snapshot(sg_snapshot *s, size_t n, unsigned salt)
+{
+	char id[200];
+	size_t i;
+
+	sg_snapshot_clear(s);
+	for (i = 0; i < n; i++) {
+		sg_cluster c;
+
+		if (i % 5 == 4)		/* long: several words, one differs */
+			snprintf(id, sizeof(id), "%s-%03zu-%u-%s",
+			    "a-rather-long-cluster-name-in-some-region", i,
+			    salt, "with-a-common-suffix-that-goes-on");
+		else if (i % 5 == 3)	/* short: under one word */
+			snprintf(id, sizeof(id), "s%zx", i + salt);
+		else			/* differs only in the middle */
+			snprintf(id, sizeof(id), "region-%03zu-%u-cluster",
+			    i, salt);
+		c = fx_cluster(id, 1 + (double)(i % 7), 4,
+		    (uint64_t)((i * 7 + salt) % 5), 1000 + 10 * (double)i);
+		fx_add(s, &c);
+	}
+}
+
+static void
+test_hint_index_matches_snapshot_find_property(void **state)
+{
+	static const size_t ns[] = { 1, 2, 9, 64, 300 };
+	sg_router *ref;
+	sg_lbconf *conf;
+	sg_snapshot *s;
+	sg_request ra, rb;
+	sg_decision a, b;
+	char rid[32], hint[260], key[32];
+	size_t in, i, n, k;
+	int al;
+	unsigned round;
+
+	(void)state;
+	for (al = 0; al < NALGS; al++) {
+		sg_router *fast;
+
+		conf = sconf(algs[al], SESSION_K2);
+		fast = fx_router(conf, 7);
+		ref = fx_router(conf, 7);
+		sgi_router_scratch(ref)->reference = true;
+		s = sg_snapshot_new();
+		for (round = 0; round < 2 * (sizeof(ns) / sizeof(ns[0]));
+		    round++) {
+			n = ns[round % (sizeof(ns) / sizeof(ns[0]))];
+			in = 0;
+			build_hint_snapshot(s, n, round);
+			for (k = 0; k < 6 * n + 12; k++) {
+				const char *id = sg_snapshot_get(s,
+				    (k * 7) % n)->id;
+				size_t len = strlen(id);
+
+				snprintf(hint, sizeof(hint), "%s", id);
+				switch (k % 6) {
+				case 1:		/* a byte changed */
+					hint[(k / 6) % len] ^= 1;
+					break;
+				case 2:		/* cut short */
+					hint[len > 1 ? len - 1 : 1] = '\0';
+					break;
+				case 3:		/* extended */
+					snprintf(hint + len, sizeof(hint) -
+					    len, "x");
+					break;
+				case 4:
+					snprintf(hint, sizeof(hint),
+					    "unknown-%zu", k);
+					break;
+				default:	/* present */
+					in++;
+					break;
+				}
+				snprintf(rid, sizeof(rid), "hint-%u-%zu",
+				    round, k);
+				snprintf(key, sizeof(key), "sess-%zu", k % 13);
+				fx_req(&ra, rid, key, 1000);
+				fx_req(&rb, rid, key, 1000);
+				ra.last_cluster_id = hint;
+				rb.last_cluster_id = hint;
+				a = fx_decide(fast, s, &ra, 0);
+				b = fx_decide(ref, s, &rb, 0);
+				assert_same(&a, &b);
+				assert_int_equal(a.session_state,
+				    b.session_state);
+				assert_int_equal(a.promoted, b.promoted);
+				assert_int_equal(a.primary, b.primary);
+				if (k % 6 == 0 || k % 6 == 5)
+					assert_int_equal(a.session_state,
+					    SG_SESSION_RETURNING);
+			}
+			assert_true(in > 0);
+			/* load changed in place (the same ids version) */
+			for (i = 0; i + 1 < n; i++)
+				fx_free(s, i);
+		}
+		sg_snapshot_free(s);
+		sg_router_free(fast);
+		sg_router_free(ref);
+		sg_lbconf_free(conf);
+	}
+}
+
+/*
  * Cache-thrash regression (stargate(7)), both algorithms, k = 1: A full,
  * the first request (no header) goes to B; A drains; 10 follow-ups with
  * header B all go to B.  With the flag off the follow-ups go to A.
@@ -1005,6 +1123,8 @@ main(void)
 		cmocka_unit_test(
 		    test_classification_kept_across_waits_and_retries),
 		cmocka_unit_test(test_cache_thrash_sequence),
+		cmocka_unit_test(
+		    test_hint_index_matches_snapshot_find_property),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,12 +7,14 @@
  */
 #include "sg_test.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fcntl.h>
 
 #include <ftw.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -923,7 +925,14 @@ test_compact_enforces_capacity(void **state)
 	f->s = NULL;
 	f->o.max_entries = 300;		/* a smaller capacity at the next open */
 	fx_open(f);
-	assert_int_equal(sg_store_compact(f->s, &r, NULL), 0);
+	{
+		sg_error ce;
+		int crc;
+
+		sg_error_clear(&ce);
+		if ((crc = sg_store_compact(f->s, &r, &ce)) != 0)
+			fail_msg("compact: %d %s", crc, ce.text);
+	}
 	assert_int_equal(r.evicted, 700);
 	assert_int_equal(r.entries, 300);
 	assert_int_equal(get_i(f->s, 699, &e), SG_ENOTFOUND);
@@ -1324,6 +1333,219 @@ test_damaged_check_leaves_an_empty_data_file_to_lmdb(void **state)
 	flush_ok(f->s);
 }
 
+/* --- faults while the store is open (sg-lastcluster(1) FAULTS) ----------- */
+
+/* Wait (bounded, 3 s) until sg_store_connected() is want. */
+static bool
+wait_connected(sg_store *s, bool want)
+{
+	int i;
+
+	for (i = 0; i < 300; i++) {
+		if (sg_store_connected(s) == want)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static void
+test_fault_removed_store_is_disconnected_then_recreated_by_a_write(
+    void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	struct stat st;
+	char p[128];
+	sg_error err;
+	int rc;
+
+	fx_open(f);
+	put_i(f->s, 1, "c1");
+	flush_ok(f->s);
+	assert_true(sg_store_connected(f->s));
+	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	/* found by the store thread's own check, without any use */
+	assert_true(wait_connected(f->s, false));
+	path_of(p, sizeof(p), f, "data.mdb");
+	assert_int_not_equal(stat(p, &st), 0);	/* idle: not recreated */
+	sg_error_clear(&err);
+	rc = sg_store_lookup(f->s, "lc:v1:0000000000000000000000000000000000000000000000000000000000000000",
+	    SG_LC_KEY_LEN, &e, &err);
+	assert_int_not_equal(rc, 0);
+	assert_int_not_equal(rc, SG_ENOTFOUND);
+	/* the next write makes a new, empty store, as a new process would */
+	put_i(f->s, 2, "c2");
+	flush_ok(f->s);
+	assert_true(sg_store_connected(f->s));
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(get_i(f->s, 2, &e), 0);
+	assert_string_equal(e.cluster_id, "c2");
+	assert_int_equal(get_i(f->s, 1, &e), SG_ENOTFOUND);
+	/* and what it wrote is in the file by that name: another process
+	 * reads it */
+	sg_store_close(f->s);
+	f->s = NULL;
+	fx_open(f);
+	assert_int_equal(get_i(f->s, 2, &e), 0);
+}
+
+/* A store removed and made again by another hand is followed. */
+static void
+test_fault_removed_store_made_again_elsewhere_is_reopened(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	pid_t pid;
+	int status;
+
+	fx_open(f);
+	put_i(f->s, 1, "c1");
+	flush_ok(f->s);
+	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	assert_true(wait_connected(f->s, false));
+	/* another process makes the store again with one entry */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		sg_store *c = NULL;
+		sg_store_opts o = f->o;
+		char k[SG_LC_KEY_LEN + 1];
+
+		o.on_commit = NULL;
+		o.clock = NULL;
+		key_of(k, 3);
+		if (sg_store_open(&c, &o, NULL) != 0 ||
+		    sg_store_put(c, k, SG_LC_KEY_LEN, "c3", 2, NULL) != 0 ||
+		    sg_store_flush(c, NULL) != 0)
+			_exit(1);
+		sg_store_close(c);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(wait_connected(f->s, true));
+	assert_int_equal(get_i(f->s, 3, &e), 0);
+	assert_string_equal(e.cluster_id, "c3");
+}
+
+/* A lookup on a file cut under the store fails; it does not fault. */
+static void
+test_fault_cut_under_an_open_store_fails_lookups_not_the_process(
+    void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	sg_error err;
+	int i, rc, errors = 0;
+
+	fx_open(f);
+	for (i = 0; i < 3000; i++)
+		put_i(f->s, i, "c1");
+	flush_ok(f->s);
+	assert_int_equal(get_i(f->s, 7, &e), 0);
+	cut_to(f, 4 * 4096);
+	for (i = 0; i < 50; i++) {
+		char k[SG_LC_KEY_LEN + 1];
+
+		key_of(k, i);
+		sg_error_clear(&err);
+		rc = sg_store_lookup(f->s, k, SG_LC_KEY_LEN, &e, &err);
+		assert_int_not_equal(rc, 0);
+		if (rc != SG_ENOTFOUND)
+			errors++;
+	}
+	assert_true(errors > 0);
+	assert_true(wait_connected(f->s, false));
+	/* writes fail too, with the way out */
+	put_i(f->s, 5000, "c2");
+	sg_error_clear(&err);
+	assert_int_not_equal(sg_store_flush(f->s, &err), 0);
+	if (strstr(err.text, "hints only") == NULL)
+		fail_msg("message: %s", err.text);
+	/* deleting the damaged file recovers at the next write */
+	cut_to(f, 0);
+	{
+		char p[128];
+
+		path_of(p, sizeof(p), f, "data.mdb");
+		assert_int_equal(unlink(p), 0);
+	}
+	put_i(f->s, 5001, "c3");
+	flush_ok(f->s);
+	assert_true(sg_store_connected(f->s));
+	assert_int_equal(get_i(f->s, 5001, &e), 0);
+}
+
+/* Cut while idle: the store thread's check finds it before any lookup. */
+static void
+test_fault_cut_while_idle_is_found_by_the_store_thread(void **state)
+{
+	struct fx *f = *state;
+
+	fx_open(f);
+	put_i(f->s, 1, "c1");
+	flush_ok(f->s);
+	assert_true(sg_store_connected(f->s));
+	cut_to(f, 4096);
+	assert_true(wait_connected(f->s, false));
+}
+
+/* Cut to half: every lookup answers (a hit, a miss or an error). */
+static void
+test_fault_cut_to_half_every_lookup_answers(void **state)
+{
+	struct fx *f = *state;
+	sg_store_entry e;
+	int i;
+
+	fx_open(f);
+	for (i = 0; i < 3000; i++)
+		put_i(f->s, i, "c1");
+	flush_ok(f->s);
+	cut_to(f, data_size(f) / 2);
+	for (i = 0; i < 3000; i++)
+		(void)get_i(f->s, i, &e);
+	assert_true(wait_connected(f->s, false));
+}
+
+/* A SIGBUS outside a store lookup still ends the process. */
+static void
+test_fault_sigbus_elsewhere_keeps_its_default(void **state)
+{
+	struct fx *f = *state;
+	pid_t pid;
+	int status;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		sg_store *c = NULL;
+		sg_store_opts o = f->o;
+		char p[160];
+		volatile char *m;
+		int fd;
+
+		o.on_commit = NULL;
+		o.clock = NULL;
+		signal(SIGBUS, SIG_DFL);	/* not cmocka's handler */
+		if (sg_store_open(&c, &o, NULL) != 0)
+			_exit(2);
+		sg_store_close(c);
+		snprintf(p, sizeof(p), "%s/other", f->dir);
+		if ((fd = open(p, O_RDWR | O_CREAT, 0600)) < 0 ||
+		    ftruncate(fd, 8192) != 0)
+			_exit(2);
+		m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED || ftruncate(fd, 0) != 0)
+			_exit(2);
+		(void)m[4096];
+		_exit(0);	/* not reached: the access faults */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -1368,6 +1590,12 @@ main(void)
 		T(test_damaged_second_meta_page_is_refused_at_open),
 		T(test_damaged_root_page_is_refused_at_open),
 		T(test_damaged_check_leaves_an_empty_data_file_to_lmdb),
+		T(test_fault_removed_store_is_disconnected_then_recreated_by_a_write),
+		T(test_fault_removed_store_made_again_elsewhere_is_reopened),
+		T(test_fault_cut_under_an_open_store_fails_lookups_not_the_process),
+		T(test_fault_cut_while_idle_is_found_by_the_store_thread),
+		T(test_fault_cut_to_half_every_lookup_answers),
+		T(test_fault_sigbus_elsewhere_keeps_its_default),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,10 @@
  * the simple model sit in a binary min-heap ordered by (done time, sequence
  * number); the step model keeps its admitted sequences in an array in
  * admission order.  The KV cache is an entry pool with an intrusive LRU list
- * and an open-addressing (linear probing, backward-shift delete) index.
+ * and an open-addressing (linear probing, backward-shift delete) index whose
+ * slots hold their keys; a caller that remembers a key's entry (eng_info
+ * .entry, passed back as eng_req.hint) skips the index when the entry still
+ * holds that key (removed entries hold key 0).
  *
  * Reentrancy: callbacks may submit to or cancel on the same engine, which can
  * grow the record pool.  Every handler therefore finishes its state changes
@@ -27,6 +30,7 @@ typedef struct rec {
 	uint64_t	 key;
 	const uint64_t	*blocks;
 	uint32_t	 nblocks;
+	uint32_t	 hint;		/* eng_req.hint */
 	uint32_t	 next;		/* queue link or free list */
 	uint32_t	 entry;		/* pinned key entry, or ENG_NONE */
 	uint64_t	 prefill_left;	/* step model */
@@ -47,12 +51,19 @@ typedef struct kv_entry {
 	uint32_t	pin;
 } kv_entry;
 
+/* An index slot: the entry's key beside its index, so that a probe reads
+ * the table alone (one cache line) and touches the entry only on a hit. */
+typedef struct kv_slot {
+	uint64_t	key;
+	uint32_t	x;		/* entry index or ENG_NONE */
+} kv_slot;
+
 typedef struct kvcache {
 	uint64_t	 cap, used;
 	kv_entry	*ent;
 	uint32_t	 nent, entcap, free_head;
 	uint32_t	 head, tail;
-	uint32_t	*tab;		/* entry index or ENG_NONE */
+	kv_slot		*tab;
 	uint32_t	 tabmask;	/* size - 1; size is a power of two */
 	uint32_t	 count;
 } kvcache;
@@ -175,7 +186,7 @@ kv_init(kvcache *kv, uint64_t cap)
 	if (kv->tab == NULL)
 		return ENOMEM;
 	for (i = 0; i < 64; i++)
-		kv->tab[i] = ENG_NONE;
+		kv->tab[i].x = ENG_NONE;
 	kv->tabmask = 63;
 	return 0;
 }
@@ -193,31 +204,43 @@ kv_find(const kvcache *kv, uint64_t key)
 	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
 
 	for (;;) {
-		uint32_t x = kv->tab[i];
+		const kv_slot *t = &kv->tab[i];
 
-		if (x == ENG_NONE)
+		if (t->x == ENG_NONE)
 			return ENG_NONE;
-		if (kv->ent[x].key == key)
-			return x;
+		if (t->key == key)
+			return t->x;
 		i = (i + 1) & kv->tabmask;
 	}
 }
 
-static void
-kv_tab_put(kvcache *kv, uint32_t x)
+/* kv_find, trying the caller's hint (entry + 1) first: a live entry with
+ * the key is the key's only entry (a removed one has key 0). */
+static uint32_t
+kv_find_hint(const kvcache *kv, uint64_t key, uint32_t hint)
 {
-	uint32_t i = (uint32_t)mix64(kv->ent[x].key) & kv->tabmask;
+	if (hint != 0 && hint - 1 < kv->nent && kv->ent[hint - 1].key == key)
+		return hint - 1;
+	return kv_find(kv, key);
+}
 
-	while (kv->tab[i] != ENG_NONE)
+static void
+kv_tab_put(kvcache *kv, uint64_t key, uint32_t x)
+{
+	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
+
+	while (kv->tab[i].x != ENG_NONE)
 		i = (i + 1) & kv->tabmask;
-	kv->tab[i] = x;
+	kv->tab[i].key = key;
+	kv->tab[i].x = x;
 }
 
 static int
 kv_tab_grow(kvcache *kv)
 {
-	uint32_t size = (kv->tabmask + 1) * 2, i, x;
-	uint32_t *old = kv->tab, oldsize = kv->tabmask + 1;
+	uint32_t size = (kv->tabmask + 1) * 2, i;
+	uint32_t oldsize = kv->tabmask + 1;
+	kv_slot *old = kv->tab;
 
 	kv->tab = malloc((size_t)size * sizeof(*kv->tab));
 	if (kv->tab == NULL) {
@@ -225,11 +248,11 @@ kv_tab_grow(kvcache *kv)
 		return ENOMEM;
 	}
 	for (i = 0; i < size; i++)
-		kv->tab[i] = ENG_NONE;
+		kv->tab[i].x = ENG_NONE;
 	kv->tabmask = size - 1;
 	for (i = 0; i < oldsize; i++)
-		if ((x = old[i]) != ENG_NONE)
-			kv_tab_put(kv, x);
+		if (old[i].x != ENG_NONE)
+			kv_tab_put(kv, old[i].key, old[i].x);
 	free(old);
 	return 0;
 }
@@ -239,18 +262,17 @@ kv_tab_del(kvcache *kv, uint32_t x)
 {
 	uint32_t i = (uint32_t)mix64(kv->ent[x].key) & kv->tabmask, j;
 
-	while (kv->tab[i] != x)
+	while (kv->tab[i].x != x)
 		i = (i + 1) & kv->tabmask;
-	kv->tab[i] = ENG_NONE;
+	kv->tab[i].x = ENG_NONE;
 	/* Backward shift: pull later members of the probe run into the hole. */
-	for (j = (i + 1) & kv->tabmask; kv->tab[j] != ENG_NONE;
+	for (j = (i + 1) & kv->tabmask; kv->tab[j].x != ENG_NONE;
 	    j = (j + 1) & kv->tabmask) {
-		uint32_t y = kv->tab[j];
-		uint32_t home = (uint32_t)mix64(kv->ent[y].key) & kv->tabmask;
+		uint32_t home = (uint32_t)mix64(kv->tab[j].key) & kv->tabmask;
 
 		if (((j - home) & kv->tabmask) >= ((j - i) & kv->tabmask)) {
-			kv->tab[i] = y;
-			kv->tab[j] = ENG_NONE;
+			kv->tab[i] = kv->tab[j];
+			kv->tab[j].x = ENG_NONE;
 			i = j;
 		}
 	}
@@ -301,6 +323,7 @@ kv_remove(kvcache *kv, uint32_t x)
 	kv_unlink(kv, x);
 	kv->used -= kv->ent[x].tokens;
 	kv->ent[x].tokens = 0;
+	kv->ent[x].key = 0;		/* no hint finds it */
 	kv->ent[x].next = kv->free_head;
 	kv->free_head = x;
 	kv->count--;
@@ -327,7 +350,7 @@ kv_insert(kvcache *kv, uint64_t key)
 	kv->ent[x].key = key;
 	kv->ent[x].tokens = 0;
 	kv->ent[x].pin = 0;
-	kv_tab_put(kv, x);
+	kv_tab_put(kv, key, x);
 	kv_push_front(kv, x);
 	kv->count++;
 	return x;
@@ -448,7 +471,7 @@ cache_admit(eng *e, rec *q)
 
 	if (e->kv.cap > 0) {
 		if (q->key != 0) {
-			x = kv_find(&e->kv, q->key);
+			x = kv_find_hint(&e->kv, q->key, q->hint);
 			if (x == ENG_NONE)
 				x = kv_insert(&e->kv, q->key);
 			if (x != ENG_NONE) {
@@ -456,6 +479,7 @@ cache_admit(eng *e, rec *q)
 				e->kv.ent[x].pin++;
 				cached = e->kv.ent[x].tokens;
 				q->entry = x;
+				q->info.entry = x + 1;
 			}
 		} else {
 			for (i = 0; i < q->nblocks; i++) {
@@ -1113,6 +1137,7 @@ eng_submit(eng *e, double now, const eng_req *r, uint32_t *handle)
 	q->key = r->key;
 	q->blocks = r->blocks;
 	q->nblocks = r->blocks != NULL ? r->nblocks : 0;
+	q->hint = r->key != 0 ? r->hint : 0;
 	q->info.udata = r->udata;
 	q->info.arrive_ms = now;
 	q->info.input_tokens = r->input_tokens;
@@ -1233,11 +1258,11 @@ eng_held(const eng *e)
 	return e->held;
 }
 
-void
-eng_cluster(const eng *e, double now, sg_cluster *c)
+/* Prefill tokens admitted requests still have to compute at now. */
+static uint64_t
+pending_prefill(const eng *e, double now)
 {
 	uint64_t pending = 0;
-	double tps = mean_tps(e);
 	uint32_t i;
 
 	if (e->cfg.step_model) {
@@ -1247,21 +1272,40 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 			if (!q->first_done && !q->cancelled)
 				pending += q->prefill_left;
 		}
-	} else {
-		pending = e->pref_tokens;
-		if (e->pref_busy && e->pq_head != ENG_NONE) {
-			const rec *q = R(e, e->pq_head);
-			double span = q->pend - q->pstart, done;
+		return pending;
+	}
+	pending = e->pref_tokens;
+	if (e->pref_busy && e->pq_head != ENG_NONE) {
+		const rec *q = R(e, e->pq_head);
+		double span = q->pend - q->pstart, done;
 
-			if (span > 0 && now > q->pstart) {
-				done = floor((double)q->info.uncached_tokens *
-				    (now - q->pstart) / span);
-				if (done > (double)q->info.uncached_tokens)
-					done = (double)q->info.uncached_tokens;
-				pending -= (uint64_t)done;
-			}
+		if (span > 0 && now > q->pstart) {
+			done = floor((double)q->info.uncached_tokens *
+			    (now - q->pstart) / span);
+			if (done > (double)q->info.uncached_tokens)
+				done = (double)q->info.uncached_tokens;
+			pending -= (uint64_t)done;
 		}
 	}
+	return pending;
+}
+
+void
+eng_load_get(const eng *e, double now, eng_load *l)
+{
+	l->backlog = e->wait_tokens + pending_prefill(e, now);
+	l->tps = max_tps(e);
+	l->running = (uint64_t)e->nadm + e->held + e->nwait;
+	l->slots = e->cfg.slots;
+	l->kv_free = e->kv.cap - e->kv.used;
+}
+
+void
+eng_cluster(const eng *e, double now, sg_cluster *c)
+{
+	uint64_t pending = pending_prefill(e, now);
+	double tps = mean_tps(e);
+
 	c->max_engine_concurrency = e->cfg.slots;
 	/* Everything the engine has accepted: a router compares this with
 	 * max_engine_concurrency (+ max_queued), stargate-lb-config(5). */
@@ -1331,7 +1375,7 @@ eng_cached_prefix(const eng *e, const eng_req *r)
 	if (e->kv.cap == 0)
 		return 0;
 	if (r->key != 0) {
-		if ((x = kv_find(&e->kv, r->key)) != ENG_NONE)
+		if ((x = kv_find_hint(&e->kv, r->key, r->hint)) != ENG_NONE)
 			cached = e->kv.ent[x].tokens;
 	} else if (r->blocks != NULL) {
 		for (i = 0; i < r->nblocks; i++) {

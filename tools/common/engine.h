@@ -81,6 +81,9 @@ typedef struct eng_req {
 	uint64_t	 input_tokens;	/* >= 1 */
 	uint64_t	 output_tokens;	/* >= 1 */
 	void		*udata;		/* handed back in callbacks */
+	uint32_t	 hint;		/* eng_info.entry of an earlier request
+					   with this key on this engine, or 0:
+					   a cheaper lookup, same result */
 } eng_req;
 
 /* What the callback sees (a copy: valid during the callback only). */
@@ -99,6 +102,8 @@ typedef struct eng_info {
 	uint32_t	 evicted_entries; /* cache entries this request evicted */
 	uint64_t	 evicted_tokens;
 	bool		 hit;		/* cached_tokens > 0 */
+	uint32_t	 entry;		/* the key's cache entry + 1 (0: none),
+					   for eng_req.hint */
 } eng_info;
 
 /* Totals since creation, for /metrics. */
@@ -184,6 +189,22 @@ uint32_t eng_held(const eng *e);
  * and the priority map when configured.  id and rtt_ms are untouched.
  */
 void	eng_cluster(const eng *e, double now, sg_cluster *c);
+
+/*
+ * The load fields of eng_cluster a router that reads the engine itself needs
+ * (sg-sim's perfect-knowledge row), without the rest: backlog is
+ * queued_input_tokens, tps max_input_tps, running, slots
+ * max_engine_concurrency and kv_free kv_free_tokens, computed the same way.
+ */
+typedef struct eng_load {
+	uint64_t	backlog;
+	double		tps;
+	uint64_t	running;
+	uint64_t	slots;
+	uint64_t	kv_free;
+} eng_load;
+
+void	eng_load_get(const eng *e, double now, eng_load *l);
 
 /* Current numbers. */
 uint32_t eng_running(const eng *e);	/* admitted + held */

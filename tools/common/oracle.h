@@ -70,4 +70,12 @@ bool	orc_has_capacity(const orc_cand *c, uint64_t max_queued);
 long	orc_pick(const orc_cand *c, size_t n, uint64_t input,
 	    uint64_t max_queued, int objective, double *ttft_ms);
 
+/*
+ * orc_pick(c, n, input, max_queued, objective, NULL) and, into *most,
+ * orc_pick(c, n, input, UINT64_MAX, ORC_KV_FIRST, NULL) (the cluster holding
+ * the most of the prompt, whatever its load), in one pass.
+ */
+long	orc_pick_most(const orc_cand *c, size_t n, uint64_t input,
+	    uint64_t max_queued, int objective, long *most);
+
 #endif /* SG_TOOLS_ORACLE_H */

@@ -356,6 +356,7 @@ struct world {
 	char		(*rks)[16];	/* tenants: routing keys */
 	char		(*keys)[24];
 	char		(*rids)[32];
+	char		(*hints)[SG_ID_MAX + 1];	/* the requests' own hints */
 	/* floor state */
 	const sg_algdef	*def;
 	uint64_t	*ring;		/* sorted entry hashes */
@@ -491,13 +492,14 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 	w->req = calloc(nreq, sizeof *w->req);
 	w->keys = calloc(nkeys, sizeof *w->keys);
 	w->rids = calloc(nreq, sizeof *w->rids);
+	w->hints = calloc(nreq, sizeof *w->hints);
 	w->req1 = calloc(nreq, sizeof *w->req1);
 	w->rks = calloc(TENANT_RKS, sizeof *w->rks);
 	w->order = calloc(n, sizeof *w->order);
 	w->order2 = calloc(n, sizeof *w->order2);
 	w->score = calloc(n, sizeof *w->score);
 	if (w->snap == NULL || w->req == NULL || w->keys == NULL ||
-	    w->rids == NULL || w->order == NULL || w->order2 == NULL ||
+	    w->rids == NULL || w->hints == NULL || w->order == NULL || w->order2 == NULL ||
 	    w->req1 == NULL || w->rks == NULL ||
 	    w->score == NULL ||
 	    build_snapshot(w->snap, n) != 0)
@@ -517,9 +519,16 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 		r->routing_key = "tenant-a";
 		r->cache_affinity_key = w->keys[j];
 		r->input_tokens = TOKENS;
-		if (sc->hint == HINT_OTHER)
-			r->last_cluster_id = sg_snapshot_get(w->snap,
-			    (j * 31 + 1) % n)->id;
+		/*
+		 * The hint is the request's own string, as a parsed request
+		 * holds it (sg_request_from_headers), not the snapshot's copy
+		 * of the id: reading that would read a cold candidate record.
+		 */
+		if (sc->hint == HINT_OTHER) {
+			snprintf(w->hints[j], sizeof w->hints[j], "%s",
+			    sg_snapshot_get(w->snap, (j * 31 + 1) % n)->id);
+			r->last_cluster_id = w->hints[j];
+		}
 		w->req1[j] = *r;
 		if (sc->tenants) {
 			/* j mod 300 picks the pair: 100 and 3 are coprime */
@@ -546,6 +555,7 @@ world_free(struct world *w)
 	free(w->rks);
 	free(w->keys);
 	free(w->rids);
+	free(w->hints);
 	free(w->ring);
 	free(w->ring_idx);
 	free(w->order);
@@ -781,6 +791,9 @@ floor_twin(struct world *w, sg_router *rt, const sg_request *r)
 	return d.index;
 }
 
+/* The empty decision (a memset of the struct would be `rep stos`). */
+static const sg_decision zero_decision;
+
 /*
  * The router's fixed per-call work, which every algorithm pays: the
  * argument checks, one probe of the resolution memo (a string compare
@@ -800,7 +813,7 @@ floor_fixed(struct world *w, const sg_request *r, size_t pick)
 	if (w->def->require_cache_affinity_key &&
 	    (r->cache_affinity_key == NULL || r->cache_affinity_key[0] == 0))
 		return 0;
-	memset(d, 0, sizeof *d);
+	*d = zero_decision;	/* vector stores, as the router's */
 	d->algorithm = w->algname;
 	d->kind = SG_DECIDE_SELECT;
 	d->index = pick;

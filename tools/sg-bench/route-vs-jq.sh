@@ -15,8 +15,16 @@
 # then the requests, each with its own id, a cache-affinity key out of
 # 1000, a routing key out of 3 and varied input tokens.  Each run's wall
 # time is measured around the whole program (output to a file); lines/s is
-# input lines / seconds.  Printed: the median and the spread (min..max) of
-# both programs' lines/s, and the ratio of the medians (sg-route / jq).
+# input lines / seconds.  Three programs take turns on the same file in
+# every round: sg-route --ndjson, jq -c ., and sg-route --ndjson
+# --reference-reader (every line through jansson: the reader this
+# comparison measured before the request scan).  Printed: the median and
+# the spread (min..max) of each one's lines/s, the ratio of the medians
+# (sg-route / jq; the target is >= 1), and the output check: every
+# sg-route run's output must be byte for byte the output of
+# --reference-reader --reference-writer (jansson reading and writing,
+# run once), and jq must have passed every line; a difference fails the
+# script (exit 1).
 set -eu
 
 bindir=build/bin
@@ -76,6 +84,10 @@ fi
 gen >"$dir/stream.ndjson"
 lines=$(wc -l <"$dir/stream.ndjson")
 
+# The output every sg-route run must print: jansson's reading and writing.
+"$bindir/sg-route" --ndjson --reference-reader --reference-writer \
+    <"$dir/stream.ndjson" >"$dir/expected.out" || [ $? -eq 2 ]
+
 # Seconds of wall time for one run of "$@" (stdin the stream, stdout $out).
 secs() {
 	out=$1
@@ -88,10 +100,17 @@ secs() {
 
 : >"$dir/route.t"
 : >"$dir/jq.t"
+: >"$dir/ref.t"
+same=yes
 i=0
 while [ "$i" -lt "$runs" ]; do
 	secs "$dir/route.out" "$bindir/sg-route" --ndjson >>"$dir/route.t"
+	cmp -s "$dir/route.out" "$dir/expected.out" || same=no
 	secs "$dir/jq.out" jq -c . >>"$dir/jq.t"
+	[ "$(wc -l <"$dir/jq.out")" -eq "$lines" ] || same=no
+	secs "$dir/ref.out" "$bindir/sg-route" --ndjson --reference-reader \
+	    >>"$dir/ref.t"
+	cmp -s "$dir/ref.out" "$dir/expected.out" || same=no
 	i=$((i + 1))
 done
 
@@ -108,9 +127,21 @@ set -- $(stats "$dir/route.t")
 rm_=$1 rlo=$2 rhi=$3
 set -- $(stats "$dir/jq.t")
 jm=$1 jlo=$2 jhi=$3
+set -- $(stats "$dir/ref.t")
+fm=$1 flo=$2 fhi=$3
 printf 'stream: %s lines (%s requests, %s clusters), %s runs each, alternating\n' \
     "$lines" "$n" "$c" "$runs"
-printf '%-16s %10s %21s\n' program "lines/s" "spread (min..max)"
-printf '%-16s %10s %10s..%-10s\n' "sg-route" "$rm_" "$rlo" "$rhi"
-printf '%-16s %10s %10s..%-10s\n' "jq -c ." "$jm" "$jlo" "$jhi"
+printf '%-28s %10s %21s\n' program "lines/s" "spread (min..max)"
+printf '%-28s %10s %10s..%-10s\n' "sg-route --ndjson" "$rm_" "$rlo" "$rhi"
+printf '%-28s %10s %10s..%-10s\n' "jq -c ." "$jm" "$jlo" "$jhi"
+printf '%-28s %10s %10s..%-10s\n' "sg-route --reference-reader" "$fm" \
+    "$flo" "$fhi"
 echo "$rm_ $jm" | awk '{ printf "ratio sg-route / jq (medians): %.2f\n", $1 / $2 }'
+echo "$rm_ $fm" | awk '{ printf "ratio sg-route / --reference-reader (medians): %.2f\n", $1 / $2 }'
+if [ "$same" = yes ]; then
+	echo "output: every sg-route run byte-identical to jansson's reading and writing; jq passed every line"
+else
+	echo "output: DIFFERS (kept in $dir)" >&2
+	trap - EXIT
+	exit 1
+fi

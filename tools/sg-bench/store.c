@@ -137,6 +137,21 @@ median(const double *v, int n, double *cv)
 	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
 }
 
+/* The smallest and largest of v[0..n). */
+static void
+minmax(const double *v, int n, double *lo, double *hi)
+{
+	int i;
+
+	*lo = *hi = n > 0 ? v[0] : 0;
+	for (i = 1; i < n; i++) {
+		if (v[i] < *lo)
+			*lo = v[i];
+		if (v[i] > *hi)
+			*hi = v[i];
+	}
+}
+
 /* splitmix64: deterministic keys and orders. */
 static uint64_t
 mix(uint64_t *x)
@@ -174,6 +189,7 @@ rm_rf(const char *dir)
 }
 
 static unsigned batch_opt;	/* --batch: the store's batch_max, 0 = default */
+static uint64_t sync_commits;	/* the store's durable commits, every round */
 
 static int
 store_open(sg_store **s, const char *dir, bool sync, uint64_t max_entries)
@@ -405,63 +421,239 @@ out:
 
 /* --- raw durable writes -------------------------------------------------- */
 
-/* batch mdb_put per durable transaction, random 32-byte keys. */
+/*
+ * The raw side of the durable comparison, two forms, batch puts per
+ * durable transaction (the store's batch_max), on a database prefilled
+ * with prefill entries in large non-durable transactions:
+ *   - layout: what LMDB itself must do to hold the store's records, the
+ *     least work for the same job: the three named databases of
+ *     sg_store_lmdb.c, per put the record (MDB_NOOVERWRITE: one descent;
+ *     an existing key has its old time-index key deleted and is
+ *     overwritten), its time-index key appended, and at capacity the
+ *     oldest entry evicted from both; the sequence number read and
+ *     written once per transaction.  This is the floor of the ratio.
+ *   - plain: one mdb_put of a random 32-byte key per write into one
+ *     database that only grows (no index, no eviction), for reference.
+ */
+struct rawdb {
+	MDB_env		*env;
+	MDB_dbi		 main, time, meta;
+	uint64_t	 seq, count, max, now;
+	bool		 layout;
+};
+
 static int
-raw_sync_puts(const char *dir, uint64_t prefill, uint64_t n, uint64_t batch,
-    double *rate)
+raw_one(struct rawdb *r, MDB_txn *txn, MDB_cursor *ct, uint64_t *seed)
 {
-	MDB_env *env = NULL;
-	MDB_txn *txn = NULL;
-	MDB_dbi dbi;
-	MDB_val k, v;
-	unsigned char key[32], val[16 + sizeof(CLUSTER_ID) - 1];
-	uint64_t seed = 42, i, t0 = 0;
-	int rc, phase;
+	unsigned char key[32], val[16 + sizeof(CLUSTER_ID) - 1], ik[16];
+	MDB_val k = { sizeof(key), key }, v = { sizeof(val), val };
+	MDB_val x = { sizeof(ik), ik }, d;
+	uint64_t rnd[4], seq = ++r->seq;
+	int rc, i;
 
-	memset(val, 'v', sizeof(val));
-	if ((rc = mdb_env_create(&env)) != 0 ||
-	    (rc = mdb_env_set_mapsize(env, 256ULL << 20)) != 0 ||
-	    (rc = mdb_env_open(env, dir, MDB_NOTLS, 0640)) != 0)
-		goto out;
-	for (phase = 0; phase < 2; phase++) {
-		uint64_t count = phase == 0 ? prefill : n;
+	for (i = 0; i < 4; i++)
+		rnd[i] = mix(seed);
+	memcpy(key, rnd, sizeof(key));
+	memcpy(val, &r->now, 8);
+	memcpy(val + 8, &seq, 8);
+	memcpy(val + 16, CLUSTER_ID, sizeof(CLUSTER_ID) - 1);
+	if (!r->layout)
+		return mdb_put(txn, r->main, &k, &v, 0);
+	rc = mdb_put(txn, r->main, &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {	/* not with random keys, but priced */
+		uint64_t ot, os;
 
-		if (phase == 1)
-			t0 = now_ns();
-		for (i = 0; i < count; i++) {
-			uint64_t r[4];
-
-			if (i % batch == 0 && (rc = mdb_txn_begin(env, NULL, 0,
-			    &txn)) != 0)
-				goto out;
-			if (i == 0 && (rc = mdb_dbi_open(txn, NULL, 0, &dbi)) != 0)
-				goto out;
-			r[0] = mix(&seed);
-			r[1] = mix(&seed);
-			r[2] = mix(&seed);
-			r[3] = mix(&seed);
-			memcpy(key, r, sizeof(key));
-			k.mv_size = sizeof(key);
-			k.mv_data = key;
-			v.mv_size = sizeof(val);
-			v.mv_data = val;
-			if ((rc = mdb_put(txn, dbi, &k, &v, 0)) != 0)
-				goto out;
-			if (i % batch == batch - 1 || i + 1 == count) {
-				rc = mdb_txn_commit(txn);
-				txn = NULL;
-				if (rc != 0)
-					goto out;
-			}
+		memcpy(&ot, v.mv_data, 8);
+		memcpy(&os, (const char *)v.mv_data + 8, 8);
+		for (i = 0; i < 8; i++) {
+			ik[i] = (unsigned char)(ot >> (56 - 8 * i));
+			ik[8 + i] = (unsigned char)(os >> (56 - 8 * i));
 		}
+		if ((rc = mdb_del(txn, r->time, &x, NULL)) != 0 &&
+		    rc != MDB_NOTFOUND)
+			return rc;
+		v.mv_size = sizeof(val);
+		v.mv_data = val;
+		rc = mdb_put(txn, r->main, &k, &v, 0);
+	} else if (rc == 0)
+		r->count++;
+	if (rc != 0)
+		return rc;
+	for (i = 0; i < 8; i++) {
+		ik[i] = (unsigned char)(r->now >> (56 - 8 * i));
+		ik[8 + i] = (unsigned char)(seq >> (56 - 8 * i));
+	}
+	if ((rc = mdb_cursor_put(ct, &x, &k, MDB_APPEND)) != 0)
+		return rc;
+	while (r->count > r->max) {
+		if ((rc = mdb_cursor_get(ct, &x, &d, MDB_FIRST)) != 0)
+			return rc;
+		if ((rc = mdb_del(txn, r->main, &d, NULL)) != 0 ||
+		    (rc = mdb_cursor_del(ct, 0)) != 0)
+			return rc;
+		r->count--;
+	}
+	return 0;
+}
+
+/* One transaction of n raw writes. */
+static int
+raw_txn(struct rawdb *r, uint64_t n, uint64_t *seed)
+{
+	MDB_txn *txn = NULL;
+	MDB_cursor *ct = NULL;
+	MDB_val mk = { 3, (void *)(uintptr_t)"seq" }, mv;
+	uint64_t i;
+	int rc;
+
+	if ((rc = mdb_txn_begin(r->env, NULL, 0, &txn)) != 0)
+		return rc;
+	if (r->layout) {
+		if ((rc = mdb_get(txn, r->meta, &mk, &mv)) == 0 &&
+		    mv.mv_size == 8)
+			memcpy(&r->seq, mv.mv_data, 8);
+		else if (rc != MDB_NOTFOUND)
+			goto out;
+		if ((rc = mdb_cursor_open(txn, r->time, &ct)) != 0)
+			goto out;
+	}
+	r->now++;
+	for (i = 0; i < n; i++)
+		if ((rc = raw_one(r, txn, ct, seed)) != 0)
+			goto out;
+	if (r->layout) {
+		mv.mv_size = 8;
+		mv.mv_data = &r->seq;
+		if ((rc = mdb_put(txn, r->meta, &mk, &mv, 0)) != 0)
+			goto out;
+	}
+	if (ct != NULL)
+		mdb_cursor_close(ct);
+	return mdb_txn_commit(txn);
+out:
+	if (ct != NULL)
+		mdb_cursor_close(ct);
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+static int
+raw_dbs(struct rawdb *r)
+{
+	MDB_txn *txn;
+	unsigned f = MDB_CREATE;
+	int rc;
+
+	if ((rc = mdb_txn_begin(r->env, NULL, 0, &txn)) != 0)
+		return rc;
+	if (!r->layout)
+		rc = mdb_dbi_open(txn, NULL, 0, &r->main);
+	else if ((rc = mdb_dbi_open(txn, RAW_DB, f, &r->main)) == 0 &&
+	    (rc = mdb_dbi_open(txn, RAW_DB ".time", f, &r->time)) == 0)
+		rc = mdb_dbi_open(txn, "meta", f, &r->meta);
+	if (rc != 0) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	return mdb_txn_commit(txn);
+}
+
+static int
+raw_sync_puts(const char *dir, bool layout, uint64_t prefill, uint64_t n,
+    uint64_t batch, double *rate)
+{
+	struct rawdb r;
+	uint64_t seed = 42, i, t0, chunk;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	r.layout = layout;
+	r.max = prefill;
+	r.now = 1700000000000ULL;
+	if ((rc = mdb_env_create(&r.env)) != 0 ||
+	    (rc = mdb_env_set_maxdbs(r.env, 4)) != 0 ||
+	    (rc = mdb_env_set_mapsize(r.env, 256ULL << 20)) != 0 ||
+	    (rc = mdb_env_open(r.env, dir, MDB_NOTLS | MDB_NOSYNC, 0640)) != 0 ||
+	    (rc = raw_dbs(&r)) != 0)
+		goto out;
+	r.max = UINT64_MAX;
+	for (i = 0; i < prefill && rc == 0; i += chunk) {
+		chunk = prefill - i < 4096 ? prefill - i : 4096;
+		rc = raw_txn(&r, chunk, &seed);
+	}
+	/* From here every commit is durable, as the store's with --sync. */
+	if (rc != 0 || (rc = mdb_env_sync(r.env, 1)) != 0 ||
+	    (rc = mdb_env_set_flags(r.env, MDB_NOSYNC, 0)) != 0)
+		goto out;
+	r.max = prefill;
+	t0 = now_ns();
+	for (i = 0; i < n && rc == 0; i += chunk) {
+		chunk = n - i < batch ? n - i : batch;
+		rc = raw_txn(&r, chunk, &seed);
 	}
 	*rate = (double)n / ((double)(now_ns() - t0) / 1e9);
 out:
 	if (rc != 0)
 		fprintf(stderr, "sg-bench: raw sync: %s\n", mdb_strerror(rc));
-	if (txn != NULL)
-		mdb_txn_abort(txn);
-	mdb_env_close(env);
+	mdb_env_close(r.env);
+	return rc;
+}
+
+/*
+ * One side of one durable round (which: 0 the store, 1 raw in the store's
+ * layout, 2 raw plain), its writes per second in *rate.
+ */
+static int
+sync_round(const struct opts *o, char (*keys)[SG_LC_KEY_LEN + 1], int run,
+    int which, unsigned batch, double *rate)
+{
+	static const char *const name[] = { "sync", "raw", "plain" };
+	char path[512];
+	uint64_t from, t0;
+	sg_store *s = NULL;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s%d", o->dir, name[which], run);
+	rm_rf(path);
+	if (which > 0) {
+		mkdir(path, 0700);
+		rc = raw_sync_puts(path, which == 1, o->entries, o->sync_writes,
+		    batch, rate);
+		rm_rf(path);
+		return rc;
+	}
+	from = o->entries + (uint64_t)o->runs * o->writes +
+	    (uint64_t)run * o->sync_writes;
+	/*
+	 * Prefill in the default mode in batches of 4096, as the raw sides
+	 * are prefilled (a file filled in small commits carries a longer
+	 * free list into every timed commit), then reopen with every commit
+	 * durable and batch_max B.
+	 */
+	batch_opt = 4096;
+	rc = store_open(&s, path, false, o->entries);
+	batch_opt = batch;
+	if (rc != 0 || (rc = put_all(s, keys, 0, o->entries, NULL)) != 0)
+		goto out;
+	sg_store_close(s);
+	if ((rc = store_open(&s, path, true, o->entries)) != 0) {
+		s = NULL;
+		goto out;
+	}
+	t0 = now_ns();
+	if ((rc = put_all(s, keys, from, from + o->sync_writes, NULL)) != 0)
+		goto out;
+	*rate = (double)o->sync_writes / ((double)(now_ns() - t0) / 1e9);
+	{
+		sg_store_stats st;
+
+		memset(&st, 0, sizeof(st));
+		if (sg_store_stats_get(s, &st, NULL) == 0)
+			sync_commits += st.commits;
+	}
+out:
+	sg_store_close(s);
+	rm_rf(path);
 	return rc;
 }
 
@@ -693,7 +885,8 @@ bench_store_main(int argc, char *argv[])
 	char base[] = "/tmp/sg-bench-store-XXXXXX", path[512], rawpath[512];
 	double l_ours50[MAXRUNS], l_ours99[MAXRUNS], l_raw50[MAXRUNS],
 	    l_raw99[MAXRUNS], l_ratio[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS],
-	    s_rate[MAXRUNS], s_raw[MAXRUNS], cv[8];
+	    s_rate[MAXRUNS], s_raw[MAXRUNS], s_plain[MAXRUNS],
+	    s_ratio[MAXRUNS], s_pratio[MAXRUNS], cv[12];
 	struct redis_res rr;
 	struct pct rb = { 0, 0, 0 };
 	bool have_backend = false;
@@ -824,34 +1017,29 @@ bench_store_main(int argc, char *argv[])
 	}
 
 	/*
-	 * Durable writes: ours with --sync and batch_max = B, raw B puts per
-	 * durable transaction (equal batches: B = --batch, or 1000).
+	 * Durable writes at equal batches B (--batch, or 1000): the store with
+	 * --sync and batch_max B, raw LMDB with B writes per durable
+	 * transaction in the store's layout and in one plain database.  Each
+	 * side prefilled to o.entries in the default mode first (untimed),
+	 * each on its own environment; the order of the three rotates from
+	 * round to round.
 	 */
 	sync_batch = batch_opt > 0 ? batch_opt : 1000;
 	saved_batch = batch_opt;
 	batch_opt = sync_batch;
 	for (run = 0; run < o.runs; run++) {
-		uint64_t from = o.entries + (uint64_t)o.runs * o.writes +
-		    (uint64_t)run * o.sync_writes, t0;
+		int side;
 
-		snprintf(path, sizeof(path), "%s/sync%d", o.dir, run);
-		if (store_open(&s, path, true, o.entries) != 0 ||
-		    put_all(s, keys, 0, o.entries, NULL) != 0)
-			goto out;
-		t0 = now_ns();
-		if (put_all(s, keys, from, from + o.sync_writes, NULL) != 0)
-			goto out;
-		s_rate[run] = (double)o.sync_writes /
-		    ((double)(now_ns() - t0) / 1e9);
-		sg_store_close(s);
-		s = NULL;
-		rm_rf(path);
-		snprintf(path, sizeof(path), "%s/raw%d", o.dir, run);
-		mkdir(path, 0700);
-		if (raw_sync_puts(path, o.entries, o.sync_writes, sync_batch,
-		    &s_raw[run]) != 0)
-			goto out;
-		rm_rf(path);
+		for (side = 0; side < 3; side++) {
+			int which = (side + run) % 3;
+
+			if (sync_round(&o, keys, run, which, sync_batch,
+			    which == 0 ? &s_rate[run] : which == 1 ?
+			    &s_raw[run] : &s_plain[run]) != 0)
+				goto out;
+		}
+		s_ratio[run] = s_rate[run] / s_raw[run];
+		s_pratio[run] = s_rate[run] / s_plain[run];
 	}
 	batch_opt = saved_batch;
 
@@ -904,6 +1092,13 @@ bench_store_main(int argc, char *argv[])
 		double we = median(w_enq, o.runs, NULL);
 		double sr = median(s_rate, o.runs, &cv[5]);
 		double sraw = median(s_raw, o.runs, &cv[6]);
+		double splain = median(s_plain, o.runs, &cv[8]);
+		double sratio = median(s_ratio, o.runs, &cv[9]);
+		double spratio = median(s_pratio, o.runs, &cv[10]);
+		double smin, smax, pmin, pmax;
+
+		minmax(s_ratio, o.runs, &smin, &smax);
+		minmax(s_pratio, o.runs, &pmin, &pmax);
 
 		if (o.json) {
 			printf("{\"entries\":%llu,\"runs\":%d,"
@@ -912,9 +1107,13 @@ bench_store_main(int argc, char *argv[])
 			    "\"p50_ratio\":%.3f},"
 			    "\"write\":{\"per_s\":%.0f,\"enqueue_p50_ns\":%.0f},"
 			    "\"sync\":{\"per_s\":%.0f,\"raw_per_s\":%.0f,"
-			    "\"ratio\":%.3f,\"batch\":%u}",
+			    "\"ratio\":%.3f,\"ratio_min\":%.3f,"
+			    "\"ratio_max\":%.3f,\"raw_plain_per_s\":%.0f,"
+			    "\"plain_ratio\":%.3f,\"plain_ratio_min\":%.3f,"
+			    "\"plain_ratio_max\":%.3f,\"batch\":%u}",
 			    (unsigned long long)o.entries, o.runs, o50, o99, r50,
-			    r99, lr, wr, we, sr, sraw, sr / sraw, sync_batch);
+			    r99, lr, wr, we, sr, sraw, sratio, smin, smax, splain,
+			    spratio, pmin, pmax, sync_batch);
 			if (have_redis)
 				printf(",\"redis\":{\"get_p50_ns\":%.0f,"
 				    "\"get_p99_ns\":%.0f,\"set_p50_ns\":%.0f,"
@@ -947,10 +1146,19 @@ bench_store_main(int argc, char *argv[])
 			    we);
 			printf("sync     group commit      %9.0f writes/s [%.2f]\n",
 			    sr, cv[5]);
-			printf("sync     raw %u puts/txn %9.0f puts/s   [%.2f]\n",
-			    sync_batch, sraw, cv[6]);
-			printf("sync     ratio %.2fx at equal batches of %u "
-			    "(goal >= 0.90)\n", sr / sraw, sync_batch);
+			printf("sync     raw, store layout %9.0f writes/s [%.2f] "
+			    "(%u per durable txn)\n", sraw, cv[6], sync_batch);
+			printf("sync     raw, one put      %9.0f writes/s [%.2f] "
+			    "(%u per durable txn)\n", splain, cv[8], sync_batch);
+			printf("sync     ratio to raw layout %.2fx (%.2f..%.2f) at "
+			    "equal batches of %u (goal >= 0.90)\n", sratio, smin,
+			    smax, sync_batch);
+			printf("sync     ratio to raw one put %.2fx (%.2f..%.2f)\n",
+			    spratio, pmin, pmax);
+			printf("sync     the store's commits: %.1f writes each "
+			    "on average (at most %u)\n", sync_commits > 0 ?
+			    (double)o.sync_writes * o.runs /
+			    (double)sync_commits : 0.0, sync_batch);
 			if (have_redis) {
 				printf("redis    GET  p50 %7.0f ns  p99 %7.0f ns  "
 				    "%8.0f/s (one client)\n", rr.get.p50,

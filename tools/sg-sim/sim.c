@@ -7,7 +7,7 @@
  * heap in insertion order, so a run is a pure function of the scenario):
  *  - the engines' own events (first token, last token), found by scanning
  *    each engine's cached next-event time;
- *  - a binary heap of session arrivals (Poisson), turn starts (after the
+ *  - a 4-ary heap of session arrivals (Poisson), turn starts (after the
  *    previous answer plus an exponential think time), routing rechecks,
  *    stats samples, stats publications (after the staleness delay) and
  *    background arrivals.
@@ -65,18 +65,36 @@ enum { EV_SESSION, EV_TURN, EV_ROUTE, EV_SAMPLE, EV_VISIBLE, EV_BG,
 
 typedef struct ev {
 	double		t;
-	uint64_t	seq;
 	uint32_t	type;
 	uint32_t	a;
 } ev;
+
+/*
+ * A heap item: the time and one word holding the insertion number (high
+ * bits), the type and the argument, so that (t, k) orders as (t, seq) and
+ * four children fill one 64-byte line.
+ */
+typedef struct hev {
+	double		t;
+	uint64_t	k;
+} hev;
+
+#define EV_ABITS	24
+#define EV_TBITS	3
+#define EV_SEQ_MAX	(UINT64_MAX >> (EV_ABITS + EV_TBITS))
 
 typedef struct sample {
 	sg_cluster	c;
 } sample;
 
+/* A node of the tournament over the engines' next-event times. */
+typedef struct tnode {
+	double		t;		/* the winner's eng_next_event */
+	uint32_t	i;		/* the winner, NONE for an empty leaf */
+} tnode;
+
 typedef struct cstate {
 	eng		*e;
-	double		 next;		/* cached eng_next_event */
 	sg_cluster	 vis;		/* last published sample */
 	sample		*pend;		/* taken, not yet published, FIFO */
 	size_t		 pend_head, pend_n, pend_cap;
@@ -98,11 +116,13 @@ typedef struct sess {
 	uint32_t	ts;		/* trace session, or NONE */
 	char		keybuf[24];	/* generated: "s<id>" */
 	int16_t		seen[SEEN];	/* last clusters that served it, -1 */
+	uint32_t	hint[SEEN];	/* its cache entry there (eng_req.hint) */
 	bool		seen_over;	/* more than SEEN: any may hold it */
 } sess;
 
+/* A request: what every event reads (one cache line), and beside it in a
+ * parallel array what only a router decision reads. */
 typedef struct sreq {
-	sg_request	q;
 	double		arrive;
 	double		selected;
 	uint64_t	input, output;
@@ -111,11 +131,15 @@ typedef struct sreq {
 	int32_t		last;
 	uint32_t	retries;
 	uint32_t	nexcl;
-	int32_t		excl[SIM_MAX_RETRIES + 1];
-	bool		counted;
 	uint32_t	next_free;
-	char		id[96];
+	bool		counted;
 } sreq;
+
+typedef struct sreq_cold {
+	sg_request	q;
+	int32_t		excl[SIM_MAX_RETRIES + 1];
+	char		id[96];
+} sreq_cold;
 
 typedef struct sim {
 	const scenario	*sc;
@@ -128,23 +152,30 @@ typedef struct sim {
 	const size_t	*view_idx;	/* fleet index of view cluster k */
 	bool		*drained;
 	orc_cand	*oc;		/* perfect row: per cluster */
+	uint32_t	*mark;		/* perfect row: served the session */
+	uint32_t	*markhint;	/* ... its entry there (eng_req.hint) */
+	uint32_t	 mark_stamp;
 	double		 svc_sum;	/* perfect row: admission to done */
 	uint64_t	 svc_n;
 	cstate		*cs;
 	size_t		 nc;
-	uint32_t	*tree;		/* tournament over cs[].next */
+	tnode		*tree;		/* tournament over next-event times */
 	size_t		 tleaves;	/* power of two >= nc */
 	double		 now;
 	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
 	sg_error	*err;
 
-	ev		*heap;
+	hev		*ring;		/* stats samples due, in (t, seq) order */
+	size_t		 ring_head, ring_n;
+	hev		*heap;		/* 4-ary min-heap; heap[-3..-1] pad */
+	hev		*heapmem;	/* allocation, 64-byte aligned */
 	size_t		 nheap, heapcap;
 
 	sess		*ss;
 	uint32_t	 nss, sscap, ss_free;
 	sreq		*rq;
+	sreq_cold	*rqc;		/* rq's cold half, same index */
 	uint32_t	 nrq, rqcap, rq_free;
 
 	uint64_t	 arrivals_rng;
@@ -344,35 +375,52 @@ sim_draw_class(const scenario *sc, uint32_t session)
 /* --- event heap ------------------------------------------------------------ */
 
 static bool
-ev_less(const ev *a, const ev *b)
+ev_less(const hev *a, const hev *b)
 {
-	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+	return a->t < b->t || (a->t == b->t && a->k < b->k);
+}
+
+/* Room for one more item; the heap starts 3 items into a 64-byte aligned
+ * block, so that the children 4i+1 .. 4i+4 of any node share one line. */
+static int
+heap_room(sim *s)
+{
+	size_t n = s->heapcap ? s->heapcap * 2 : 1024;
+	hev *m;
+
+	if (s->nheap < s->heapcap)
+		return 0;
+	if ((m = aligned_alloc(64, (n + 4) * sizeof(*m))) == NULL)
+		return SG_ENOMEM;
+	if (s->nheap > 0)
+		memcpy(m + 3, s->heap, s->nheap * sizeof(*m));
+	free(s->heapmem);
+	s->heapmem = m;
+	s->heap = m + 3;
+	s->heapcap = n;
+	return 0;
 }
 
 static void
 push(sim *s, double t, uint32_t type, uint32_t a)
 {
 	size_t i;
-	ev x;
+	hev x;
 
-	if (s->nheap == s->heapcap) {
-		size_t n = s->heapcap ? s->heapcap * 2 : 1024;
-		ev *h = realloc(s->heap, n * sizeof(*h));
-
-		if (h == NULL) {
-			s->fail = SG_ENOMEM;
-			return;
-		}
-		s->heap = h;
-		s->heapcap = n;
+	if (a >> EV_ABITS != 0 || s->seq > EV_SEQ_MAX) {
+		s->fail = SG_ENOMEM;	/* past the event encoding's range */
+		return;
+	}
+	if (heap_room(s) != 0) {
+		s->fail = SG_ENOMEM;
+		return;
 	}
 	x.t = t;
-	x.seq = s->seq++;
-	x.type = type;
-	x.a = a;
+	x.k = s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)type << EV_ABITS |
+	    a;
 	i = s->nheap++;
 	while (i > 0) {
-		size_t p = (i - 1) / 2;
+		size_t p = (i - 1) / 4;
 
 		if (!ev_less(&x, &s->heap[p]))
 			break;
@@ -385,16 +433,19 @@ push(sim *s, double t, uint32_t type, uint32_t a)
 static ev
 pop(sim *s)
 {
-	ev top = s->heap[0], last = s->heap[--s->nheap];
+	hev top = s->heap[0], last = s->heap[--s->nheap];
 	size_t i = 0, n = s->nheap;
+	ev out;
 
 	for (;;) {
-		size_t c = 2 * i + 1;
+		size_t c = 4 * i + 1, j, end;
 
 		if (c >= n)
 			break;
-		if (c + 1 < n && ev_less(&s->heap[c + 1], &s->heap[c]))
-			c++;
+		end = c + 4 < n ? c + 4 : n;
+		for (j = c + 1; j < end; j++)
+			if (ev_less(&s->heap[j], &s->heap[c]))
+				c = j;
 		if (!ev_less(&s->heap[c], &last))
 			break;
 		s->heap[i] = s->heap[c];
@@ -402,7 +453,62 @@ pop(sim *s)
 	}
 	if (n > 0)
 		s->heap[i] = last;
-	return top;
+	out.t = top.t;
+	out.type = (uint32_t)(top.k >> EV_ABITS) & ((1u << EV_TBITS) - 1);
+	out.a = (uint32_t)top.k & ((1u << EV_ABITS) - 1);
+	return out;
+}
+
+/*
+ * A stats sample of cluster a at t.  Samples recur every stats interval at
+ * staggered phases, so they come due in the order they are scheduled: they
+ * wait in a ring of nc items (one per cluster) instead of the heap, with
+ * the insertion number they would have had there, so that the merged order
+ * is the same.  A sample that would not go last (rounding) uses the heap.
+ */
+static void
+sched_sample(sim *s, double t, uint32_t a)
+{
+	hev *tail;
+
+	if (s->ring_n == s->nc || (s->ring_n > 0 &&
+	    (tail = &s->ring[(s->ring_head + s->ring_n - 1) % s->nc],
+	    t < tail->t))) {
+		push(s, t, EV_SAMPLE, a);
+		return;
+	}
+	if (s->seq > EV_SEQ_MAX) {
+		s->fail = SG_ENOMEM;
+		return;
+	}
+	s->ring[(s->ring_head + s->ring_n++) % s->nc] = (hev){ t,
+	    s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)EV_SAMPLE << EV_ABITS |
+	    a };
+}
+
+/* The next event of the heap or the ring, or NULL. */
+static const hev *
+next_ev(const sim *s, bool *from_ring)
+{
+	const hev *h = s->nheap > 0 ? &s->heap[0] : NULL;
+	const hev *r = s->ring_n > 0 ? &s->ring[s->ring_head] : NULL;
+
+	*from_ring = r != NULL && (h == NULL || ev_less(r, h));
+	return *from_ring ? r : h;
+}
+
+static ev
+pop_ring(sim *s)
+{
+	const hev *r = &s->ring[s->ring_head];
+	ev out;
+
+	out.t = r->t;
+	out.type = EV_SAMPLE;
+	out.a = (uint32_t)r->k & ((1u << EV_ABITS) - 1);
+	s->ring_head = (s->ring_head + 1) % s->nc;
+	s->ring_n--;
+	return out;
 }
 
 /* --- pools ----------------------------------------------------------------- */
@@ -450,10 +556,14 @@ req_new(sim *s)
 	if (s->nrq == s->rqcap) {
 		uint32_t n = s->rqcap ? s->rqcap * 2 : 1024;
 		sreq *p = realloc(s->rq, (size_t)n * sizeof(*p));
+		sreq_cold *pc;
 
 		if (p == NULL)
 			return NONE;
 		s->rq = p;
+		if ((pc = realloc(s->rqc, (size_t)n * sizeof(*pc))) == NULL)
+			return NONE;
+		s->rqc = pc;
 		s->rqcap = n;
 	}
 	return s->nrq++;
@@ -468,38 +578,37 @@ req_free(sim *s, uint32_t i)
 
 /* --- engine event times ---------------------------------------------------- */
 
-/* Does cluster a's next event come before b's (time, then index)? */
+/* Does node a's event come before b's (time, then cluster index; an empty
+ * leaf, index NONE at +inf, comes last)? */
 static bool
-eng_before(const sim *s, uint32_t a, uint32_t b)
+node_before(const tnode *a, const tnode *b)
 {
-	if (b == NONE)
-		return a != NONE;
-	if (a == NONE)
-		return false;
-	return s->cs[a].next < s->cs[b].next || (s->cs[a].next ==
-	    s->cs[b].next && a < b);
+	return a->t < b->t || (a->t == b->t && a->i < b->i);
 }
 
 /*
  * Cluster i's next event time changed: replay its path of the tree.  A
  * node whose winner stays another cluster leaves every node above it as
  * it was (their matches do not involve i), so the replay stops there.
+ * Nodes hold the winner's time beside its index: a match reads the two
+ * children only.
  */
 static void
 tree_fix(sim *s, size_t i)
 {
+	tnode *tr = s->tree;
 	size_t k = s->tleaves + i;
 
 	while (k > 1) {
-		uint32_t l, r, w, old;
+		const tnode *w;
+		uint32_t old;
 
 		k /= 2;
-		l = s->tree[2 * k];
-		r = s->tree[2 * k + 1];
-		w = eng_before(s, r, l) ? r : l;
-		old = s->tree[k];
-		s->tree[k] = w;
-		if (w == old && w != (uint32_t)i)
+		w = node_before(&tr[2 * k + 1], &tr[2 * k]) ? &tr[2 * k + 1] :
+		    &tr[2 * k];
+		old = tr[k].i;
+		tr[k] = *w;
+		if (w->i == old && old != (uint32_t)i)
 			return;
 	}
 }
@@ -508,10 +617,11 @@ static void
 set_next(sim *s, size_t i)
 {
 	double t = eng_next_event(s->cs[i].e);
+	tnode *leaf = &s->tree[s->tleaves + i];
 
-	if (t == s->cs[i].next)
+	if (t == leaf->t)
 		return;
-	s->cs[i].next = t;
+	leaf->t = t;
 	tree_fix(s, i);
 }
 
@@ -567,12 +677,16 @@ take_sample(sim *s, size_t i, double t)
 
 	eng_advance(c->e, t);
 	set_next(s, i);
-	smp.c = c->vis;
-	eng_cluster(c->e, t, &smp.c);
 	if (s->sc->stats_staleness_ms <= 0) {
-		publish(s, i, &smp, t);
+		/* Seen at once: sampled straight into the visible stats (their
+		 * id and rtt_ms stay), no copies. */
+		eng_cluster(c->e, t, &c->vis);
+		if (sg_fleet_publish(s->fleet, i, &c->vis, t) != 0)
+			s->fail = SG_EINVAL;
 		return;
 	}
+	smp.c = c->vis;
+	eng_cluster(c->e, t, &smp.c);
 	if (c->pend_head > 0 && c->pend_head == c->pend_n)
 		c->pend_head = c->pend_n = 0;
 	if (grow((void **)&c->pend, &c->pend_cap, sizeof(*c->pend),
@@ -678,12 +792,13 @@ end_request(sim *s, uint32_t ri, bool end_session)
 }
 
 static bool
-excluded(const sreq *r, size_t i)
+excluded(const sim *s, const sreq *r, size_t i)
 {
+	const int32_t *excl = s->rqc[r - s->rq].excl;
 	uint32_t k;
 
 	for (k = 0; k < r->nexcl; k++)
-		if (r->excl[k] == (int32_t)i)
+		if (excl[k] == (int32_t)i)
 			return true;
 	return false;
 }
@@ -700,45 +815,53 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 	size_t k, n = s->ncand[m];
 	double svc = s->svc_n > 0 ? s->svc_sum / (double)s->svc_n : 0;
 	eng_req q = { .key = s->ss[r->sess].key, .input_tokens = r->input };
-	long best;
-
 	const sess *ss = &s->ss[r->sess];
+	uint32_t stamp = ++s->mark_stamp;
+	long best, most;
 
+	/* Only the clusters that served the session can hold its entry:
+	 * mark them, so a candidate's check is one load. */
+	if (stamp == 0) {
+		memset(s->mark, 0, s->nc * sizeof(*s->mark));
+		stamp = s->mark_stamp = 1;
+	}
+	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++) {
+		s->mark[ss->seen[k]] = stamp;
+		s->markhint[ss->seen[k]] = ss->hint[k];
+	}
 	for (k = 0; k < n; k++) {
-		size_t i = idx[k], j;
+		size_t i = idx[k];
 		orc_cand *o = &s->oc[k];
-		sg_cluster now;		/* eng_cluster sets what is read */
+		eng_load l;
 
-		memset(o, 0, sizeof(*o));
-		if (excluded(r, i))
+		if (excluded(s, r, i)) {
+			o->eligible = false;
 			continue;
-		eng_cluster(s->cs[i].e, t, &now);
+		}
+		eng_load_get(s->cs[i].e, t, &l);
 		o->eligible = true;
-		for (j = 0; j < SEEN && ss->seen[j] >= 0; j++)
-			if ((size_t)ss->seen[j] == i)
-				break;
-		if (ss->seen_over || (j < SEEN && ss->seen[j] >= 0))
-			o->cached = eng_cached_prefix(s->cs[i].e, &q);
-		o->backlog = now.queued_input_tokens;
-		o->tps = now.max_input_tps;
+		q.hint = s->mark[i] == stamp ? s->markhint[i] : 0;
+		o->cached = ss->seen_over || s->mark[i] == stamp ?
+		    eng_cached_prefix(s->cs[i].e, &q) : 0;
+		o->backlog = l.backlog;
+		o->tps = l.tps;
 		o->rtt_ms = s->sc->clusters[i].rtt_ms;
-		o->running = now.running;
-		o->slots = now.max_engine_concurrency;
-		o->kv_free = now.kv_free_tokens;
+		o->running = l.running;
+		o->slots = l.slots;
+		o->kv_free = l.kv_free;
+		o->slot_wait_ms = 0;
 		if (o->running >= o->slots && o->slots > 0)
 			o->slot_wait_ms = (double)(o->running - o->slots + 1) *
 			    svc / (double)o->slots;
 	}
-	best = orc_pick(s->oc, n, r->input, s->row->max_queued,
-	    s->row->objective, NULL);
+	best = orc_pick_most(s->oc, n, r->input, s->row->max_queued,
+	    s->row->objective, &most);
 	memset(d, 0, sizeof(*d));
 	/* Patience (KV first): while the cluster holding the most of the
 	 * prompt is full, wait for it (for ever, unless the scenario sets
 	 * algorithms.perfect.wait_ms): the bound never gives a cached prefix
 	 * up to load. */
 	if (s->row->objective == ORC_KV_FIRST) {
-		long most = orc_pick(s->oc, n, r->input, UINT64_MAX,
-		    ORC_KV_FIRST, NULL);
 		double wait = s->row->patience_ms;
 
 		if (most >= 0 && s->oc[most].cached > 0 && (best < 0 ||
@@ -772,6 +895,7 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	const sg_snapshot *snap;
 	sg_error e;
 	sreq *r = &s->rq[ri];
+	sreq_cold *cold = &s->rqc[ri];
 	uint32_t k;
 	int rc;
 
@@ -782,30 +906,31 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	}
 	cl = &sc->classes[s->ss[r->sess].cls];
 	for (k = 0; k < r->nexcl; k++)
-		excl[k] = sc->clusters[r->excl[k]].id;
-	r->q.request_id = r->id;
-	r->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
-	r->q.model = cl->model;
-	r->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
-	r->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id : NULL;
-	r->q.excluded = excl;
-	r->q.nexcluded = r->nexcl;
-	r->q.input_tokens = r->input;
-	r->q.priority = sc->sessions.priority;
-	r->q.has_max_wait = sc->has_max_wait;
-	r->q.max_wait_ms = sc->max_wait_ms;
+		excl[k] = sc->clusters[cold->excl[k]].id;
+	cold->q.request_id = cold->id;
+	cold->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
+	cold->q.model = cl->model;
+	cold->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
+	cold->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id :
+	    NULL;
+	cold->q.excluded = excl;
+	cold->q.nexcluded = r->nexcl;
+	cold->q.input_tokens = r->input;
+	cold->q.priority = sc->sessions.priority;
+	cold->q.has_max_wait = sc->has_max_wait;
+	cold->q.max_wait_ms = sc->max_wait_ms;
 	if ((rc = sg_fleet_sync(s->fleet, s->cand[m], s->ncand[m], t,
 	    s->view[m], &snap, &s->view_idx, &e)) != 0) {
 		s->fail = rc;
 		return sg_seterr(s->err, rc, "row %s: %s", s->row->name,
 		    e.text);
 	}
-	rc = sg_router_decide(s->rt, snap, &r->q, t - r->arrive, d, &e);
-	r->q.excluded = NULL;
+	rc = sg_router_decide(s->rt, snap, &cold->q, t - r->arrive, d, &e);
+	cold->q.excluded = NULL;
 	if (rc != 0) {
 		s->fail = SG_EINVAL;
 		return sg_seterr(s->err, SG_EINVAL, "row %s: request %s: %s",
-		    s->row->name, r->id, e.text);
+		    s->row->name, cold->id, e.text);
 	}
 	/* The view holds every candidate (never stale here): view index k
 	 * is candidate k. */
@@ -817,15 +942,32 @@ static void
 seen_add(sess *ss, size_t i)
 {
 	size_t j, k;
+	uint32_t hint;
 
 	for (j = 0; j < SEEN - 1 && ss->seen[j] >= 0 &&
 	    (size_t)ss->seen[j] != i; j++)
 		;
 	if (j == SEEN - 1 && ss->seen[j] >= 0 && (size_t)ss->seen[j] != i)
 		ss->seen_over = true;
-	for (k = j; k > 0; k--)
+	hint = ss->seen[j] >= 0 && (size_t)ss->seen[j] == i ? ss->hint[j] : 0;
+	for (k = j; k > 0; k--) {
 		ss->seen[k] = ss->seen[k - 1];
+		ss->hint[k] = ss->hint[k - 1];
+	}
 	ss->seen[0] = (int16_t)i;
+	ss->hint[0] = hint;
+}
+
+/* The session's remembered entry on cluster i, or 0. */
+static uint32_t
+seen_hint(const sess *ss, size_t i)
+{
+	size_t k;
+
+	for (k = 0; k < SEEN && ss->seen[k] >= 0; k++)
+		if ((size_t)ss->seen[k] == i)
+			return ss->hint[k];
+	return 0;
 }
 
 /*
@@ -842,6 +984,7 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
 	const sess *ss = &s->ss[r->sess];
 	uint64_t best = 0, v;
 	size_t k, n = ss->seen_over ? s->ncand[m] : SEEN;
+	eng_req qh = *q;
 
 	for (k = 0; k < n; k++) {
 		size_t i;
@@ -852,9 +995,10 @@ best_prefix(const sim *s, const sreq *r, size_t m, const eng_req *q,
 			break;
 		else if (s->drained[i = (size_t)ss->seen[k]])
 			continue;
-		if (excluded(r, i))
+		if (excluded(s, r, i))
 			continue;
-		if ((v = eng_cached_prefix(s->cs[i].e, q)) > best)
+		qh.hint = ss->seen_over ? seen_hint(ss, i) : ss->hint[k];
+		if ((v = eng_cached_prefix(s->cs[i].e, &qh)) > best)
 			best = v;
 		if (i == chosen)
 			*took = v;
@@ -894,6 +1038,7 @@ route(sim *s, uint32_t ri, double t)
 				.input_tokens = r->input,
 				.output_tokens = r->output,
 				.udata = (void *)(uintptr_t)(ri + 1),
+				.hint = seen_hint(&s->ss[r->sess], i),
 			};
 			uint64_t took = 0, best = 0;
 			uint32_t h;
@@ -933,7 +1078,7 @@ route(sim *s, uint32_t ri, double t)
 				s->res->retries++;
 			if (r->retries < sc->retries) {
 				r->retries++;
-				r->excl[r->nexcl++] = (int32_t)i;
+				s->rqc[ri].excl[r->nexcl++] = (int32_t)i;
 				continue;
 			}
 		}
@@ -988,8 +1133,8 @@ start_turn(sim *s, uint32_t si, double t)
 	}
 	ss = &s->ss[si];
 	r = &s->rq[ri];
-	memset(r, 0, offsetof(sreq, id));
-	sg_request_init(&r->q);
+	memset(r, 0, sizeof(*r));
+	sg_request_init(&s->rqc[ri].q);
 	r->arrive = t;
 	r->input = in;
 	r->output = out;
@@ -1001,12 +1146,13 @@ start_turn(sim *s, uint32_t si, double t)
 	{
 		const char *key = sess_key(s, ss);
 		size_t n = strlen(key);
+		char *id = s->rqc[ri].id;
 
-		memcpy(r->id, key, n);
-		r->id[n++] = '-';
-		r->id[n++] = 't';
-		n += utoa(ss->turn, r->id + n);
-		r->id[n] = '\0';
+		memcpy(id, key, n);
+		id[n++] = '-';
+		id[n++] = 't';
+		n += utoa(ss->turn, id + n);
+		id[n] = '\0';
 	}
 	s->res->simulated++;
 	if (r->counted)
@@ -1038,6 +1184,7 @@ new_session(sim *s, double t)
 	ss->last = -1;
 	ss->ts = NONE;
 	memset(ss->seen, 0xff, sizeof(ss->seen));
+	memset(ss->hint, 0, sizeof(ss->hint));
 	ss->seen_over = false;
 	if (sc->has_trace) {
 		const sim_tsess *ts = &sc->trace.sess[s->next_trace];
@@ -1052,7 +1199,8 @@ new_session(sim *s, double t)
 		ss->key = mix(sc->seed ^ mix((uint64_t)id + 1)) | 1;
 		ss->turns = (uint32_t)sim_draw(&ss->rng, &sc->sessions.turns);
 		ss->cls = sim_draw_class(sc, id);
-		snprintf(ss->keybuf, sizeof(ss->keybuf), "s%u", (unsigned)id);
+		ss->keybuf[0] = 's';
+		ss->keybuf[1 + utoa(id, ss->keybuf + 1)] = '\0';
 	}
 	s->live_sessions++;
 	start_turn(s, si, t);
@@ -1089,6 +1237,12 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	r = &s->rq[ri];
 	if (event == ENG_FIRST_TOKEN) {
 		double ttft;
+
+		/* Remember the session's cache entry on this engine (its
+		 * most recent cluster: the head of seen). */
+		ss = &s->ss[r->sess];
+		if (ss->seen[0] == r->cluster)
+			ss->hint[0] = info->entry;
 
 		if (!r->counted)
 			return;
@@ -1136,6 +1290,7 @@ background(sim *s, uint32_t b, double t)
 	q.key = bg->cache ? (rnd(g) | 1) : 0;
 	q.blocks = NULL;
 	q.nblocks = 0;
+	q.hint = 0;
 	q.input_tokens = sim_draw(g, &bg->input);
 	q.output_tokens = sim_draw(g, &bg->output);
 	q.udata = &s->bg_marker;
@@ -1220,9 +1375,10 @@ sim_free(sim *s)
 		}
 	free(s->cs);
 	free(s->tree);
-	free(s->heap);
+	free(s->heapmem);
 	free(s->ss);
 	free(s->rq);
+	free(s->rqc);
 	free(s->ttft);
 	sg_router_free(s->rt);
 	for (i = 0; i < SIM_MAX_CLASSES; i++) {
@@ -1232,6 +1388,9 @@ sim_free(sim *s)
 	sg_fleet_free(s->fleet);
 	free(s->drained);
 	free(s->oc);
+	free(s->mark);
+	free(s->markhint);
+	free(s->ring);
 }
 
 static int
@@ -1246,13 +1405,18 @@ setup_alloc(sim *s)
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
 	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
-	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL)
+	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
+	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
+	    (s->markhint = calloc(s->nc, sizeof(*s->markhint))) == NULL ||
+	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
-	for (i = 0; i < 2 * s->tleaves; i++)
-		s->tree[i] = NONE;
+	for (i = 0; i < 2 * s->tleaves; i++) {
+		s->tree[i].t = INFINITY;
+		s->tree[i].i = NONE;
+	}
 	return 0;
 }
 
@@ -1293,11 +1457,12 @@ setup(sim *s)
 		smp.c = c->vis;
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
-		c->next = INFINITY;
-		s->tree[s->tleaves + i] = (uint32_t)i;
+		s->tree[s->tleaves + i].i = (uint32_t)i;
 		tree_fix(s, i);
-		push(s, sc->stats_interval_ms * (double)(i + 1) /
-		    (double)s->nc, EV_SAMPLE, (uint32_t)i);
+		/* The perfect row reads the engines, never the stats. */
+		if (s->row->alg != SIM_ALG_PERFECT)
+			sched_sample(s, sc->stats_interval_ms *
+			    (double)(i + 1) / (double)s->nc, (uint32_t)i);
 	}
 	for (i = 0; i < sc->nmodels; i++)
 		if ((rc = sg_fleet_cursor_new(s->fleet, &s->view[i], &e)) != 0)
@@ -1367,7 +1532,7 @@ dispatch(sim *s, const ev *x)
 	case EV_SAMPLE:
 		take_sample(s, x->a, x->t);
 		if (busy(s, x->t))
-			push(s, x->t + sc->stats_interval_ms, EV_SAMPLE, x->a);
+			sched_sample(s, x->t + sc->stats_interval_ms, x->a);
 		break;
 	case EV_VISIBLE: {
 		cstate *c = &s->cs[x->a];
@@ -1417,11 +1582,14 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	if ((rc = setup(&s)) != 0)
 		goto out;
 	while (s.fail == 0) {
-		uint32_t ie = s.tree[1];
-		double te = ie != NONE ? s.cs[ie].next : INFINITY, th;
+		uint32_t ie = s.tree[1].i;
+		double te = ie != NONE ? s.tree[1].t : INFINITY, th;
+		const hev *h;
+		bool ring;
 		ev x;
 
-		th = s.nheap > 0 ? s.heap[0].t : INFINITY;
+		h = next_ev(&s, &ring);
+		th = h != NULL ? h->t : INFINITY;
 		if (isinf(te) && isinf(th))
 			break;
 		if (te <= th) {
@@ -1430,7 +1598,7 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 			set_next(&s, ie);
 			continue;
 		}
-		x = pop(&s);
+		x = ring ? pop_ring(&s) : pop(&s);
 		s.now = x.t;
 		dispatch(&s, &x);
 	}
