@@ -147,7 +147,7 @@ void	 h1s_server_stats(const h1s_server *s, h1s_stats *st);
  * server owns fd from now on.  0 or an errno value. */
 int	 h1s_server_adopt(h1s_server *s, int fd);
 
-/* --- the request ----------------------------------------------------------- */
+/* --- the request ------------------------------------------------------- */
 
 enum h1s_method	 h1s_method(const h1s_req *r);
 /* The method token as sent, NUL-terminated. */
@@ -185,7 +185,7 @@ bool		 h1s_client_gone(const h1s_req *r);
 void	h1s_on_close(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg);
 void	h1s_on_complete(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg);
 
-/* --- the response ---------------------------------------------------------- */
+/* --- the response ------------------------------------------------------ */
 
 /*
  * Response fields, kept in the request (copied) until the head is sent.
