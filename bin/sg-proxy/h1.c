@@ -46,6 +46,7 @@
 #include <event2/event.h>
 
 #include "h1.h"
+#include "h1lex.h"
 
 #define H1_LINE_MAX	4096		/* chunk-size line */
 #define H1_AUTH_MAX	300		/* host:port */
@@ -172,13 +173,6 @@ h1_strerror(int err)
 	case H1_ECLOSED:	return "connection closed mid-response";
 	default:		return "unknown error";
 	}
-}
-
-static void
-ms_tv(uint64_t ms, struct timeval *tv)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
 }
 
 /* --- pool ------------------------------------------------------------------ */
@@ -614,7 +608,7 @@ conn_release(h1_conn *c)
 	u->nidle++;
 	p->st.idle++;
 	p->st.pooled++;
-	ms_tv(p->lim.idle_timeout_ms, &tv);
+	h1_ms_tv(p->lim.idle_timeout_ms, &tv);
 	event_add(c->ev_r, &tv);	/* timer only: already registered */
 }
 
@@ -766,7 +760,7 @@ wait_writable(h1_xfer *x)
 	const h1_limits *l = &x->pool->lim;
 
 	if (!c->connected && l->connect_timeout_ms > 0) {
-		ms_tv(l->connect_timeout_ms, &tv);
+		h1_ms_tv(l->connect_timeout_ms, &tv);
 		event_add(c->ev_w, &tv);
 	} else
 		event_add(c->ev_w, NULL);
@@ -788,7 +782,7 @@ arm_timeout(h1_xfer *x)
 	struct timeval tv;
 
 	if (x->timeout_ms > 0 && x->c->reading) {
-		ms_tv(x->timeout_ms, &tv);
+		h1_ms_tv(x->timeout_ms, &tv);
 		event_add(x->c->ev_r, &tv);
 	}
 }
@@ -924,7 +918,7 @@ h1_resume(h1_xfer *x)
 		return;
 	if (!c->reading) {
 		if (x->timeout_ms > 0) {
-			ms_tv(x->timeout_ms, &tv);
+			h1_ms_tv(x->timeout_ms, &tv);
 			event_add(c->ev_r, &tv);
 		} else
 			event_add(c->ev_r, NULL);
@@ -942,55 +936,6 @@ h1_got_bytes(const h1_xfer *x)
 
 /* --- response parsing ---------------------------------------------------------- */
 
-static bool
-tchar(unsigned char ch)
-{
-	if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-	    (ch >= '0' && ch <= '9'))
-		return true;
-	return ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
-}
-
-static void
-trim(const char **s, size_t *n)
-{
-	while (*n > 0 && (**s == ' ' || **s == '\t')) {
-		(*s)++;
-		(*n)--;
-	}
-	while (*n > 0 && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t'))
-		(*n)--;
-}
-
-static bool
-ieq(const char *a, size_t an, const char *lit)
-{
-	size_t n = strlen(lit);
-
-	return an == n && strncasecmp(a, lit, n) == 0;
-}
-
-/* Does the comma-separated list v contain token t? */
-static bool
-has_token(const char *v, size_t n, const char *t)
-{
-	while (n > 0) {
-		const char *c = memchr(v, ',', n);
-		size_t l = c != NULL ? (size_t)(c - v) : n;
-		const char *s = v;
-		size_t sl = l;
-
-		trim(&s, &sl);
-		if (ieq(s, sl, t))
-			return true;
-		if (c == NULL)
-			break;
-		v = c + 1;
-		n -= l + 1;
-	}
-	return false;
-}
-
 /* Is the last coding of a Transfer-Encoding value "chunked"? */
 static bool
 last_chunked(const char *v, size_t n)
@@ -1001,8 +946,8 @@ last_chunked(const char *v, size_t n)
 	while (c > v && c[-1] != ',')
 		c--;
 	l = n - (size_t)(c - v);
-	trim(&c, &l);
-	return ieq(c, l, "chunked");
+	h1_trim_ows(&c, &l);
+	return H1_IEQ(c, l, "chunked");
 }
 
 /* Length of the next line at s (up to and including '\n'), 0: none. */
@@ -1085,26 +1030,26 @@ parse_field(h1_pool *p, const char *s, size_t n, h1_resp *r, bool *te,
 		return -1;
 	nl = (size_t)(colon - s);
 	for (i = 0; i < nl; i++)
-		if (!tchar((unsigned char)s[i]))
+		if (!h1_tchar((unsigned char)s[i]))
 			return -1;
 	v = colon + 1;
 	vl = n - nl - 1;
-	trim(&v, &vl);
+	h1_trim_ows(&v, &vl);
 	h = &p->hdrs[r->nheaders++];
 	h->name = s;
 	h->name_len = nl;
 	h->value = v;
 	h->value_len = vl;
-	if (ieq(s, nl, "content-length")) {
+	if (H1_IEQ(s, nl, "content-length")) {
 		if (parse_clen(v, vl, &r->content_length) != 0)
 			return -1;
-	} else if (ieq(s, nl, "transfer-encoding")) {
+	} else if (H1_IEQ(s, nl, "transfer-encoding")) {
 		*te = true;
 		r->chunked = last_chunked(v, vl);
-	} else if (ieq(s, nl, "connection")) {
-		if (has_token(v, vl, "close"))
+	} else if (H1_IEQ(s, nl, "connection")) {
+		if (H1_HAS_TOKEN(v, vl, "close"))
 			*conn_close = true;
-		if (has_token(v, vl, "keep-alive"))
+		if (H1_HAS_TOKEN(v, vl, "keep-alive"))
 			*conn_ka = true;
 	}
 	return 0;
@@ -1267,7 +1212,7 @@ on_head(h1_conn *c, size_t len)
 		c->seq++;
 		c->state = C_DRAIN;
 		x->c = NULL;
-		ms_tv(c->pool->lim.idle_timeout_ms, &tv);
+		h1_ms_tv(c->pool->lim.idle_timeout_ms, &tv);
 		event_add(c->ev_r, &tv);
 		xfer_finish(x, H1_OK);
 		/* drain what is buffered now, the rest as it comes */
@@ -1313,16 +1258,9 @@ chunk_size(h1_conn *c)
 	if (l == 0)
 		return n >= H1_LINE_MAX ? -1 : 0;
 	for (i = 0; i < l; i++) {
-		char ch = s[i];
-		int d;
+		int d = h1_hexval(s[i]);
 
-		if (ch >= '0' && ch <= '9')
-			d = ch - '0';
-		else if (ch >= 'a' && ch <= 'f')
-			d = ch - 'a' + 10;
-		else if (ch >= 'A' && ch <= 'F')
-			d = ch - 'A' + 10;
-		else
+		if (d < 0)
 			break;
 		if (i >= 15)
 			return -1;

@@ -74,6 +74,7 @@
 
 #include <event2/event.h>
 
+#include "h1lex.h"
 #include "h1s.h"
 
 #define RBUF_INIT	4096		/* a connection's first read buffer */
@@ -270,13 +271,6 @@ h1s_reason(int status)
 	}
 }
 
-static void
-ms_tv(uint64_t ms, struct timeval *tv)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
-}
-
 /* Arm the connection's timer ms from now (0: no limit, disarmed). */
 static void
 tm_arm(h1s_conn *c, uint64_t ms)
@@ -287,43 +281,11 @@ tm_arm(h1s_conn *c, uint64_t ms)
 		event_del(c->ev_tm);
 		return;
 	}
-	ms_tv(ms, &tv);
+	h1_ms_tv(ms, &tv);
 	event_add(c->ev_tm, &tv);
 }
 
 /* --- characters --------------------------------------------------------- */
-
-/* RFC 9110 5.6.2 tchar. */
-static const unsigned char tchar_tab[256] = {
-	['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
-	['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
-	['`'] = 1, ['|'] = 1, ['~'] = 1,
-	['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1,
-	['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
-	['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
-	['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1,
-	['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
-	['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
-	['Y'] = 1, ['Z'] = 1,
-	['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
-	['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1,
-	['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
-	['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
-	['y'] = 1, ['z'] = 1,
-};
-
-static bool
-is_token(const char *s, size_t n)
-{
-	size_t i;
-
-	if (n == 0)
-		return false;
-	for (i = 0; i < n; i++)
-		if (!tchar_tab[(unsigned char)s[i]])
-			return false;
-	return true;
-}
 
 /* A control byte other than HTAB (NUL, a bare CR, DEL...) in s[0..n)? */
 static bool
@@ -336,56 +298,6 @@ has_ctl(const char *s, size_t n)
 		if ((u[i] < 0x20 && u[i] != '\t') || u[i] == 0x7f)
 			return true;
 	return false;
-}
-
-static bool
-ieq(const char *a, size_t an, const char *lit, size_t ln)
-{
-	return an == ln && strncasecmp(a, lit, ln) == 0;
-}
-
-static void
-trim_ows(const char **s, size_t *n)
-{
-	while (*n > 0 && (**s == ' ' || **s == '\t')) {
-		(*s)++;
-		(*n)--;
-	}
-	while (*n > 0 && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t'))
-		(*n)--;
-}
-
-/* Does the comma-separated list v[0..n) hold token t (case-insensitive)? */
-static bool
-has_token(const char *v, size_t n, const char *t, size_t tl)
-{
-	while (n > 0) {
-		const char *comma = memchr(v, ',', n);
-		size_t l = comma != NULL ? (size_t)(comma - v) : n;
-		const char *e = v;
-		size_t el = l;
-
-		trim_ows(&e, &el);
-		if (ieq(e, el, t, tl))
-			return true;
-		if (comma == NULL)
-			break;
-		v = comma + 1;
-		n -= l + 1;
-	}
-	return false;
-}
-
-static int
-hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
 }
 
 static size_t
@@ -797,7 +709,7 @@ on_accept(evutil_socket_t lfd, short what, void *arg)
 				/* not again until a descriptor may be free */
 				s->emfile = true;
 				accept_update(s);
-				ms_tv(EMFILE_MS, &tv);
+				h1_ms_tv(EMFILE_MS, &tv);
 				evtimer_add(s->ev_retry, &tv);
 			}
 			return;
@@ -1040,7 +952,7 @@ request_line(h1s_conn *c, char *s, size_t n)
 	char *sp1 = memchr(s, ' ', n), *t, *sp2, *v;
 	size_t ml, tl, vl;
 
-	if (sp1 == NULL || sp1 == s || !is_token(s, (size_t)(sp1 - s)))
+	if (sp1 == NULL || sp1 == s || !h1_is_token(s, (size_t)(sp1 - s)))
 		return bad(c, "malformed request line");
 	ml = (size_t)(sp1 - s);
 	t = sp1 + 1;
@@ -1118,22 +1030,22 @@ known_field(h1s_conn *c, const char *name, size_t nl, const char *v,
 		if (c->has_cl)
 			return bad(c,
 			    "Transfer-Encoding beside Content-Length");
-		if (!ieq(v, vl, "chunked", 7))
+		if (!h1_ieq(v, vl, "chunked", 7))
 			return bad(c, "Transfer-Encoding other than chunked");
 		c->has_te = true;
 		return 0;
 	case 10:
 		if (strncasecmp(name, "connection", 10) != 0)
 			return 0;
-		if (has_token(v, vl, "close", 5))
+		if (h1_has_token(v, vl, "close", 5))
 			c->tok_close = true;
-		if (has_token(v, vl, "keep-alive", 10))
+		if (h1_has_token(v, vl, "keep-alive", 10))
 			c->tok_ka = true;
 		return 0;
 	case 6:
 		if (strncasecmp(name, "expect", 6) != 0)
 			return 0;
-		if (ieq(v, vl, "100-continue", 12))
+		if (h1_ieq(v, vl, "100-continue", 12))
 			c->expect100 = true;
 		else
 			c->expect_bad = true;
@@ -1157,11 +1069,11 @@ split_field(char *s, size_t n, size_t *nl, char **v, size_t *vl)
 	if ((colon = memchr(s, ':', n)) == NULL)
 		return "a header line without a colon";
 	*nl = (size_t)(colon - s);
-	if (!is_token(s, *nl))
+	if (!h1_is_token(s, *nl))
 		return "malformed header field name";
 	vs = colon + 1;
 	l = n - *nl - 1;
-	trim_ows(&vs, &l);
+	h1_trim_ows(&vs, &l);
 	*v = (char *)(uintptr_t)vs;
 	*vl = l;
 	return NULL;
@@ -1356,7 +1268,7 @@ chunk_size(h1s_conn *c, const char *s, size_t n)
 
 	if (has_ctl(s, n))
 		return bad(c, "a control character in a chunk-size line");
-	for (i = 0; i < n && (d = hexval(s[i])) >= 0; i++) {
+	for (i = 0; i < n && (d = h1_hexval(s[i])) >= 0; i++) {
 		if (i >= 16)
 			return bad(c, "malformed chunk size");
 		v = v * 16 + (uint64_t)d;
@@ -2280,9 +2192,9 @@ h1s_on_drain(h1s_req *r, void (*cb)(h1s_req *, void *), void *arg)
 static bool
 server_field(const char *n, size_t l)
 {
-	return ieq(n, l, "content-length", 14) ||
-	    ieq(n, l, "transfer-encoding", 17) ||
-	    ieq(n, l, "connection", 10) || ieq(n, l, "date", 4);
+	return h1_ieq(n, l, "content-length", 14) ||
+	    h1_ieq(n, l, "transfer-encoding", 17) ||
+	    h1_ieq(n, l, "connection", 10) || h1_ieq(n, l, "date", 4);
 }
 
 int
@@ -2293,7 +2205,7 @@ h1s_add_header_n(h1s_req *r, const char *name, size_t name_len,
 	size_t need = name_len + value_len + 4, i;
 	char *b;
 
-	if (!is_token(name, name_len))
+	if (!h1_is_token(name, name_len))
 		return EINVAL;
 	for (i = 0; i < value_len; i++)
 		if (value[i] == '\r' || value[i] == '\n' || value[i] == '\0')
