@@ -14,6 +14,7 @@
  *   upstream.c  libcurl multi driven by the worker's libevent loop (stats
  *               polls, and attempts with --upstream-client curl);
  *   h1.c        the native HTTP/1.1 client of attempts (the default);
+ *   h1lex.h     the HTTP/1.1 lexical rules h1.c and h1s.c share;
  *   stats.c     stats polling into the fleet, measured RTT, readiness;
  *   clusters.c  cluster-file generations (build, swap on SIGHUP);
  *   metrics.c   the stargate_* families and their label rules;
