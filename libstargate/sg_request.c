@@ -67,34 +67,6 @@ store_of(sg_request *r)
 	return r->store;
 }
 
-/* A NUL-terminated copy of s[0..len) owned by r; NULL on ENOMEM. */
-static const char *
-store_str(sg_request *r, const char *s, size_t len)
-{
-	struct sg_request_store *st;
-	struct chunk *c;
-	char *p;
-
-	if ((st = store_of(r)) == NULL)
-		return NULL;
-	c = st->chunks;
-	if (c == NULL || c->cap - c->used < len + 1) {
-		size_t cap = len + 1 > CHUNK_MIN ? len + 1 : CHUNK_MIN;
-
-		if ((c = malloc(sizeof(*c) + cap)) == NULL)
-			return NULL;
-		c->next = st->chunks;
-		c->used = 0;
-		c->cap = cap;
-		st->chunks = c;
-	}
-	p = c->data + c->used;
-	memcpy(p, s, len);
-	p[len] = '\0';
-	c->used += len + 1;
-	return p;
-}
-
 /*
  * Room for len + 1 bytes at the end of r's newest chunk (a new chunk when
  * it has none), not yet used: store_commit() keeps what was written there.
@@ -132,6 +104,18 @@ store_commit(sg_request *r, size_t len)
 	p[len] = '\0';
 	c->used += len + 1;
 	return p;
+}
+
+/* A NUL-terminated copy of s[0..len) owned by r; NULL on ENOMEM. */
+static const char *
+store_str(sg_request *r, const char *s, size_t len)
+{
+	char *p;
+
+	if ((p = store_reserve(r, len)) == NULL)
+		return NULL;
+	memcpy(p, s, len);
+	return store_commit(r, len);
 }
 
 /* Append p (owned by r already) to the excluded ids; SG_ENOMEM or
