@@ -86,6 +86,7 @@
 #define BBUF_MIN	16384
 #define OBUF_MIN	4096
 #define KEEP_MAX	(256 * 1024)	/* larger buffers freed per request */
+#define FREE_KEEP	256		/* closed connections kept for reuse */
 #define NHDR_INIT	32
 #define LINGER_MS	2000
 #define ACCEPT_BATCH	32
@@ -188,6 +189,7 @@ struct h1s_server {
 	h1s_conn		*live;		/* open connections */
 	h1s_conn		*zombies;	/* closed, request held */
 	h1s_conn		*free_conns;
+	size_t			 nfree;		/* on free_conns */
 	h1s_stats		 st;
 	time_t			 date_sec;
 	char			 date[64];	/* "Date: ...\r\n" */
@@ -576,9 +578,26 @@ conn_try_recycle(h1s_conn *c)
 		c->rbuf = NULL;
 		c->rcap = 0;
 	}
+	/* A closed connection keeps no body or output buffer: FREE_KEEP
+	 * spares with up to KEEP_MAX each would hold tens of MiB after a
+	 * burst of large bodies (a live keep-alive connection does keep
+	 * them, up to KEEP_MAX, between its requests). */
+	free(c->bbuf);
+	c->bbuf = NULL;
+	c->bcap = c->blen = 0;
+	free(c->obuf);
+	c->obuf = NULL;
+	c->ocap = c->opos = c->olen = 0;
 	c->rlen = 0;
+	/* A burst of connections (500 slow clients) is not kept for ever:
+	 * past FREE_KEEP spare objects, a closed one is freed. */
+	if (s->nfree >= FREE_KEEP) {
+		conn_destroy(c);
+		return;
+	}
 	c->state = S_FREE;
 	list_push(&s->free_conns, c);
+	s->nfree++;
 }
 
 static void
@@ -616,9 +635,10 @@ conn_start(h1s_server *s, int fd, const struct sockaddr *sa, socklen_t len)
 {
 	h1s_conn *c = s->free_conns;
 
-	if (c != NULL)
+	if (c != NULL) {
 		list_unlink(&s->free_conns, c);
-	else {
+		s->nfree--;
+	} else {
 		if ((c = calloc(1, sizeof(*c))) == NULL)
 			return NULL;
 		c->s = s;
@@ -638,6 +658,7 @@ conn_start(h1s_server *s, int fd, const struct sockaddr *sa, socklen_t len)
 	if (c->rbuf == NULL) {
 		if ((c->rbuf = malloc(RBUF_INIT)) == NULL) {
 			list_push(&s->free_conns, c);
+			s->nfree++;
 			c->state = S_FREE;
 			return NULL;
 		}
