@@ -141,7 +141,7 @@ PYEOF
 	[ "$(seen_n A)" = 10 ]
 }
 
-# latency.py PORT N_SLOW N: the p99 (median of 3 rounds of N requests)
+# latency.py PORT N_SLOW N FIXDIR: the p99 (median of 3 rounds of N requests)
 # of an ordinary client (routed
 # requests on one keep-alive connection) without slow connections, then
 # with N_SLOW connections that each sent part of a head and add a byte
@@ -150,7 +150,9 @@ PYEOF
 # end before the slow connections' deadline (the script checks).
 latency() {
 	"$PY" - "$@" <<'PYEOF'
-import socket, sys, time, select
+import socket, sys, time
+sys.path.insert(0, sys.argv[4])
+from slowloris import wait_closed
 port, nslow, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 body = b'{"model":"dummy-model","messages":[{"role":"user","content":"hi"}]}'
 req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -217,20 +219,9 @@ for _ in range(nslow):
 tslow = time.monotonic()
 loaded = rounds(True)
 held = time.monotonic() - tslow
-opn = set(slow)
-last = 0.0
-while opn and time.monotonic() - tslow < 20:
-    r, _, _ = select.select(list(opn), [], [], 0.2)
-    for s in r:
-        try:
-            d = s.recv(4096)
-        except (ConnectionResetError, BlockingIOError):
-            d = b""
-        if not d:
-            opn.discard(s)
-            last = time.monotonic() - tslow
+left, last = wait_closed(slow, tslow, 20)
 print("base_p99_us %d loaded_p99_us %d cut %d of %d max_ms %d held_ms %d" %
-      (base * 1e6, loaded * 1e6, nslow - len(opn), nslow,
+      (base * 1e6, loaded * 1e6, nslow - left, nslow,
        last * 1000, held * 1000))
 PYEOF
 }
@@ -241,7 +232,7 @@ PYEOF
 	start_engine A -c 8 -t 1 --decode-tps 1000
 	clusters A
 	start_proxy --header-timeout-ms 6000 --body-timeout-ms 1000
-	latency "$PROXY_PORT" 500 300 >"$T/lat.out"
+	latency "$PROXY_PORT" 500 300 "$FIX" >"$T/lat.out"
 	cat "$T/lat.out"
 	read -r _ b _ l _ cut _ n _ max _ held <"$T/lat.out"
 	# the loaded rounds ran while all 500 were held open
