@@ -33,7 +33,9 @@
  * are set, and the public model id replaces the routed one in a unary
  * JSON reply and in each event of a stream (a unary reply of up to 64 KiB
  * is held until complete and sent with its new Content-Length; a larger
- * one, and a stream, are chunked).  On a 2xx response head with a valid
+ * one, and a stream, are chunked; a held reply that breaks off or stalls
+ * past --upstream-timeout-ms has sent nothing, so it is answered 502 or
+ * 504 as if no reply had come).  On a 2xx response head with a valid
  * serving cluster (the router's x-stargate-cluster-id, or the in-process
  * selection), the session's entry is written: batched for at most
  * WB_MS (a store commit costs far more than an entry, and the store
@@ -45,6 +47,10 @@
  * because the commit was still on its way).  Non-2xx and transport errors
  * write nothing; a store error never changes what the client gets.
  * SIGTERM waits (within the drain bound) for pending writes.
+ *
+ * GET /v1/models on the edge lists the ids a client may name (the
+ * router's list, gwpoll.c, or the cluster file's, under the caller's
+ * routing key); /readyz asks gateway_unready (the router, the store).
  *
  * Logs name the request id, the routed model and the routing key, never
  * the session id, affinity key or store key.
@@ -309,6 +315,87 @@ auth_key(proxy *p, h1s_req *req)
 	return found;
 }
 
+/* --- /v1/models and /readyz on the gateway edge ----------------------------- */
+
+/*
+ * The models a client may name: the router's (role gateway: its last
+ * /v1/models, gwpoll.c) or the cluster file's (role all).  With --api-keys
+ * the caller's key must be listed (401 otherwise, as for a routed
+ * request), and a key that binds a routing key sees the public ids
+ * "<routing_key>/<model>"; otherwise the ids are the routed names, to
+ * which the client puts its routing key in front.  A gateway whose router
+ * never listed its models answers 503.
+ */
+void
+gateway_models(proxy *p, h1s_req *req)
+{
+	const char *const *names = NULL;
+	const apikey *key = NULL;
+	pbuf *b = &p->scratch;
+	const char *rk = NULL;
+	char *id = NULL;
+	size_t i, n = 0, rkl = 0;
+
+	if (p->nkeys > 0 && (key = auth_key(p, req)) == NULL) {
+		send_oai_error(req, 401, "invalid_request_error",
+		    "invalid_api_key", "Invalid API key provided.");
+		return;
+	}
+	if (p->conf->role_id == ROLE_GATEWAY) {
+		if ((names = gwpoll_models(p, &n)) == NULL) {
+			send_oai_error(req, 503, "api_error", "upstream_error",
+			    "the router has not listed its models yet");
+			return;
+		}
+	}
+	if (key != NULL && key->routing_key != NULL) {
+		rk = key->routing_key;
+		rkl = strlen(rk);
+	}
+	b->len = 0;
+	LIT(b, "{\"object\":\"list\",\"data\":[");
+	for (i = 0; i < (names != NULL ? n : p->gen != NULL ?
+	    p->gen->nmodels : 0); i++) {
+		const char *m = names != NULL ? names[i] :
+		    p->gen->models[i].name;
+		size_t ml = strlen(m);
+
+		free(id);
+		if ((id = malloc(rkl + ml + 2)) == NULL)
+			break;
+		if (rk != NULL) {
+			memcpy(id, rk, rkl);
+			id[rkl] = '/';
+			memcpy(id + rkl + 1, m, ml + 1);
+		} else
+			memcpy(id, m, ml + 1);
+		if (i > 0)
+			LIT(b, ",");
+		LIT(b, "{\"id\":");
+		pbuf_json_str(b, id);
+		LIT(b, ",\"object\":\"model\",\"owned_by\":\"stargate\"}");
+	}
+	LIT(b, "]}");
+	free(id);
+	h1s_del_header(req, "Content-Type");
+	if (h1s_add_header(req, "Content-Type", "application/json") != 0) {
+		send_oai_error(req, 500, "api_error", NULL, "out of memory");
+		return;
+	}
+	worker_track_reply(req);
+	h1s_reply(req, 200, http_reason(200), b->b, b->len);
+}
+
+const char *
+gateway_unready(proxy *p)
+{
+	if (p->conf->role_id == ROLE_GATEWAY && !gwpoll_ready(p))
+		return "router not ready\n";
+	if (p->conf->lc.enabled && p->store == NULL)
+		return "store unavailable\n";
+	return NULL;
+}
+
 /* --- the store: worker setup, writes, commit records ---------------------- */
 
 static void
@@ -492,6 +579,8 @@ gateway_worker_init(proxy *p)
 			    c->router_url, strerror(rc));
 			return EX_CONFIG;
 		}
+		if (gwpoll_init(p) != 0)
+			return EX_OSERR;
 	}
 	if (!c->lc.enabled)
 		return 0;
@@ -528,6 +617,7 @@ gateway_worker_fini(proxy *p)
 {
 	gwwrite *w;
 
+	gwpoll_fini(p);
 	if (p->store != NULL) {
 		/* flush what is queued, then take the last records */
 		hand_over(p);
@@ -948,6 +1038,35 @@ gateway_response_passes(preq *q, const char *name, size_t nl)
 
 static void g_over(preq *q, bool ok, const char *error);
 
+/*
+ * The router's reply broke off (cut, out of memory, or stalled past
+ * --upstream-timeout-ms) while the gateway held it whole for the rewrite:
+ * the client has seen nothing, so it is answered status/code as if no
+ * reply had come (the all role's reply_cut does the same).  false: not
+ * held, the caller cuts the connection.
+ */
+static bool
+g_cut_held(preq *q, int status, const char *code, const char *msg,
+    const char *error)
+{
+	sg_log_rec r;
+
+	if (!q->gw.held || q->req == NULL)
+		return false;
+	q->gw.held = false;
+	sg_log_begin(&r, q->p->log, SG_LOG_WARN, wall_s(),
+	    "router reply cut short");
+	sg_log_str(&r, "request_id", q->gw.rid);
+	sg_log_str(&r, "error", error);
+	sg_log_end(&r);
+	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, error);
+	forward_cancel(q);
+	q->ob.len = 0;
+	h1s_clear_headers(q->req);
+	gw_fail(q, status, "api_error", code, msg);
+	return true;
+}
+
 static int
 g_headers(void *arg, const h1_resp *r)
 {
@@ -1011,6 +1130,9 @@ g_over(preq *q, bool ok, const char *error)
 	}
 	if (ok && q->req != NULL)
 		gateway_emit(q, NULL, 0, true);
+	if ((!ok || q->oom) && g_cut_held(q, 502, "upstream_error",
+	    "upstream request failed", ok ? "out of memory" : error))
+		return;
 	forward_cancel(q);
 	if (!ok || q->oom)
 		forward_abort_client(q);
@@ -1086,6 +1208,9 @@ idle_check(preq *q)
 		return;
 	}
 	otlp_span_status(&q->aspan, OTLP_STATUS_ERROR, "idle timeout");
+	if (q->phase == PQ_STREAMING && g_cut_held(q, 504, "upstream_timeout",
+	    "upstream timed out", "idle timeout"))
+		return;
 	if (q->phase == PQ_STREAMING) {
 		int status = q->ustatus;
 

@@ -4,9 +4,13 @@
  *   POST /v1/chat/completions, /v1/completions, /v1/responses,
  *        /v1/embeddings          routed (route.c, forward.c)
  *   GET  /v1/models              {"object":"list","data":[{"id","object"}]}
+ *                                (gateway edge: gateway_models)
  *   GET  /healthz                200 ok
  *   GET  /readyz                 200 once every cluster had fresh stats or
- *                                --ready-timeout-ms passed; 503 draining
+ *                                --ready-timeout-ms passed; 503 draining;
+ *                                on the gateway edge also 503 while the
+ *                                router is not ready (gwpoll.c) or the
+ *                                store did not open
  *   GET  /metrics                Prometheus text 0.0.4
  *   GET  /debug/state            loopback peers only: clusters, stats ages,
  *                                reservations, requests in flight
@@ -228,6 +232,17 @@ get_metrics(proxy *p, h1s_req *req)
 	h1s_reply(req, 200, http_reason(200), b->b, b->len);
 }
 
+/* Why /readyz is 503 (its body), or NULL: ready. */
+static const char *
+unready(proxy *p)
+{
+	if (p->draining)
+		return "draining\n";
+	if (p->gen != NULL && !stats_ready(p))
+		return "not ready\n";
+	return p->gw_edge ? gateway_unready(p) : NULL;
+}
+
 static json_t *
 cluster_state(proxy *p, const pcl *cl, double now)
 {
@@ -269,7 +284,7 @@ get_debug_state(proxy *p, h1s_req *req)
 	doc = json_pack("{s:s,s:i,s:i,s:b,s:b,s:I,s:I,s:o}", "role",
 	    p->conf->role,
 	    "worker", p->worker_no, "pid", (int)getpid(), "ready",
-	    stats_ready(p), "draining", p->draining, "inflight",
+	    unready(p) == NULL, "draining", p->draining, "inflight",
 	    (json_int_t)p->inflight, "served", (json_int_t)p->served,
 	    "clusters", cl);
 	if (doc == NULL || (text = json_dumps(doc, JSON_COMPACT)) == NULL) {
@@ -397,7 +412,7 @@ http_request(void *arg, h1s_req *req)
 	proxy *p = arg;
 	const char *path = h1s_path(req);
 	enum h1s_method m = h1s_method(req);
-	const char *endpoint;
+	const char *endpoint, *why;
 
 	if ((endpoint = routed_endpoint(path)) != NULL) {
 		if (m != H1S_POST)
@@ -421,17 +436,16 @@ http_request(void *arg, h1s_req *req)
 	if (strcmp(path, "/healthz") == 0)
 		send_body(req, 200, "text/plain; charset=utf-8", "ok\n", 3);
 	else if (strcmp(path, "/readyz") == 0) {
-		if (p->draining)
-			send_body(req, 503, "text/plain; charset=utf-8",
-			    "draining\n", 9);
-		else if (p->gen != NULL && !stats_ready(p))
-			send_body(req, 503, "text/plain; charset=utf-8",
-			    "not ready\n", 10);
+		if ((why = unready(p)) != NULL)
+			send_body(req, 503, "text/plain; charset=utf-8", why,
+			    strlen(why));
 		else
 			send_body(req, 200, "text/plain; charset=utf-8",
 			    "ready\n", 6);
 	} else if (strcmp(path, "/metrics") == 0)
 		get_metrics(p, req);
+	else if (strcmp(path, "/v1/models") == 0 && p->gw_edge)
+		gateway_models(p, req);
 	else if (strcmp(path, "/v1/models") == 0)
 		get_models(p, req);
 	else

@@ -125,6 +125,7 @@ typedef struct cstate cstate;
 typedef struct xfer xfer;
 typedef struct preq preq;
 typedef struct proxy proxy;
+typedef struct gwpoll gwpoll;
 
 /* One cluster of a generation. */
 typedef struct pcl {
@@ -375,6 +376,7 @@ struct proxy {
 	gwwrite			*wfree;
 	size_t			 wpending;
 	h1_upstream		*router_up;	/* --router-url */
+	gwpoll			*rpoll;		/* its /readyz, /v1/models */
 	double			 last_timeout_log;
 	bool			 is_worker;	/* a forked child */
 	int			 worker_no;
@@ -554,6 +556,22 @@ bool	gateway_client_header_passes(const char *name, size_t len);
 void	gateway_note_headers(preq *q, const h1_resp *r);
 bool	gateway_response_passes(preq *q, const char *name, size_t nl);
 bool	gateway_idle(proxy *p);			/* no store write pending */
+/* GET /v1/models on the gateway edge: the public ids (sg-proxy(8)). */
+void	gateway_models(proxy *p, h1s_req *req);
+/* Why the gateway edge is not ready ("router not ready", "store
+ * unavailable"), or NULL when it is. */
+const char *gateway_unready(proxy *p);
+
+/* --- gwpoll.c: the gateway role's router, polled on the loop ---------------------- */
+
+/* Start polling --router-url (role gateway; else nothing).  0 or -1. */
+int	gwpoll_init(proxy *p);
+/* Stop; after h1_pool_free. */
+void	gwpoll_fini(proxy *p);
+/* The router's last /readyz answered 200, recently. */
+bool	gwpoll_ready(const proxy *p);
+/* The router's model names, sorted; NULL when it never listed them. */
+const char *const *gwpoll_models(const proxy *p, size_t *n);
 
 /* --- gwjson.c ------------------------------------------------------------------------------- */
 
