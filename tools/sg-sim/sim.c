@@ -8,9 +8,11 @@
  *  - the engines' own events (first token, last token), found by scanning
  *    each engine's cached next-event time;
  *  - a 4-ary heap of session arrivals (Poisson), turn starts (after the
- *    previous answer plus an exponential think time), routing rechecks,
- *    stats samples, stats publications (after the staleness delay) and
- *    background arrivals.
+ *    previous answer plus a think time), routing rechecks, stats samples,
+ *    stats publications (after the staleness delay) and background
+ *    arrivals; events due past the current 250 ms calendar bucket wait
+ *    in their bucket and enter the heap when it runs empty, so the heap
+ *    holds a bucket's events rather than every thinking session's.
  *
  * What the router sees: every stats interval each engine's state is sampled
  * into an sg_cluster (clusters are sampled at staggered phases) and, after
@@ -53,6 +55,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +81,15 @@ typedef struct hev {
 	double		t;
 	uint64_t	k;
 } hev;
+
+/* A calendar bucket: the events of one BK_MS interval, unordered. */
+typedef struct bkt {
+	hev		*v;
+	size_t		 n, cap;
+} bkt;
+
+#define BK_MS		250.0
+#define BK_N		4096	/* buckets ahead (a power of two) */
 
 #define EV_ABITS	24
 #define EV_TBITS	3
@@ -171,6 +183,10 @@ typedef struct sim {
 	hev		*heap;		/* 4-ary min-heap; heap[-3..-1] pad */
 	hev		*heapmem;	/* allocation, 64-byte aligned */
 	size_t		 nheap, heapcap;
+	bkt		*bk;		/* calendar: BK_N buckets of BK_MS */
+	uint64_t	 bk_cur;	/* the heap holds buckets <= bk_cur */
+	size_t		 bk_items;	/* in the buckets and far */
+	bkt		 far;		/* past bk_cur + BK_N buckets */
 
 	sess		*ss;
 	uint32_t	 nss, sscap, ss_free;
@@ -233,13 +249,67 @@ sim_expo(uint64_t *s, double mean)
 	return -log1p(-sim_unif(s)) * mean;
 }
 
-/* A standard normal (Box-Muller, two uniforms: the same count each time). */
+/*
+ * A standard normal by the ziggurat method (Marsaglia and Tsang): the
+ * density exp(-x^2/2) on x >= 0 is covered by ZIG_N strips of equal area
+ * ZIG_V, strip 0 being the base rectangle [0, zx[0]] with the tail past
+ * ZIG_R; strip i >= 1 spans [0, zx[i]] between heights zf[i] and
+ * zf[i + 1].  One 64-bit draw picks the strip (7 bits), the sign (1 bit)
+ * and x uniform in the strip (53 bits); x inside the next strip's width
+ * (about 98.8% of draws) is taken at once, otherwise the wedge or the tail
+ * is sampled exactly, drawing again as needed.  The tables come from
+ * exp, log and sqrt once per process.
+ */
+#define ZIG_N	128
+#define ZIG_R	3.442619855899
+#define ZIG_V	9.91256303526217e-3
+
+static double zx[ZIG_N + 1], zf[ZIG_N + 1];
+static pthread_once_t zig_once = PTHREAD_ONCE_INIT;
+
+static void
+zig_init(void)
+{
+	size_t i;
+
+	zf[1] = exp(-0.5 * ZIG_R * ZIG_R);
+	zx[0] = ZIG_V / zf[1];
+	zx[1] = ZIG_R;
+	zf[0] = 1.0;	/* unused: strip 0 has no wedge */
+	for (i = 1; i < ZIG_N - 1; i++) {
+		zx[i + 1] = sqrt(-2.0 * log(ZIG_V / zx[i] + zf[i]));
+		zf[i + 1] = exp(-0.5 * zx[i + 1] * zx[i + 1]);
+	}
+	zx[ZIG_N] = 0;
+	zf[ZIG_N] = 1.0;
+}
+
 static double
 gauss(uint64_t *s)
 {
-	double u = sim_unif(s), v = sim_unif(s);
+	for (;;) {
+		uint64_t r = sim_rnd(s);
+		size_t i = r & (ZIG_N - 1);
+		double x = (double)(r >> 11) * 0x1.0p-53 * zx[i];
+		double y;
 
-	return sqrt(-2.0 * log1p(-u)) * cos(2.0 * M_PI * v);
+		if (x < zx[i + 1])
+			return r & ZIG_N ? -x : x;
+		if (i == 0) {
+			/* The tail past R: x = R + E1 / R, kept when a
+			 * second exponential E2 has 2 E2 > (E1 / R)^2. */
+			double t, e;
+
+			do {
+				t = -log1p(-sim_unif(s)) / ZIG_R;
+				e = -log1p(-sim_unif(s));
+			} while (2.0 * e <= t * t);
+			return r & ZIG_N ? -(ZIG_R + t) : ZIG_R + t;
+		}
+		y = zf[i] + sim_unif(s) * (zf[i + 1] - zf[i]);
+		if (y < exp(-0.5 * x * x))
+			return r & ZIG_N ? -x : x;
+	}
 }
 
 /* A real draw of d before clamping. */
@@ -248,6 +318,7 @@ draw_real(uint64_t *s, const sim_dist *d)
 {
 	switch (d->kind) {
 	case DIST_LOGNORMAL:
+		pthread_once(&zig_once, zig_init);
 		return d->a * exp(d->b * gauss(s));
 	case DIST_PARETO:	/* scale / U^(1/shape), U in (0, 1] */
 		return d->b / pow(1.0 - sim_unif(s), 1.0 / d->a);
@@ -268,14 +339,26 @@ clampd(double v, uint64_t lo, uint64_t hi)
 	return v;
 }
 
+/* llround of v >= 0 without the call: below 2^52, v - trunc(v) is exact,
+ * and halves round up as llround's do. */
+static uint64_t
+round_half_up(double v)
+{
+	uint64_t n;
+
+	if (!(v < 0x1p52))
+		return (uint64_t)llround(v);
+	n = (uint64_t)v;
+	return n + (v - (double)n >= 0.5);
+}
+
 uint64_t
 sim_draw(uint64_t *s, const sim_dist *d)
 {
 	uint64_t r;
 
 	if (d->kind != DIST_UNIFORM)
-		return (uint64_t)llround(clampd(draw_real(s, d), d->min,
-		    d->max));
+		return round_half_up(clampd(draw_real(s, d), d->min, d->max));
 	if (d->min == d->max)
 		return d->min;
 	r = sim_rnd(s);
@@ -374,6 +457,8 @@ sim_draw_class(const scenario *sc, uint32_t session)
 
 /* --- event heap ------------------------------------------------------------ */
 
+static int	grow(void **p, size_t *cap, size_t elem, size_t want);
+
 static bool
 ev_less(const hev *a, const hev *b)
 {
@@ -402,22 +487,14 @@ heap_room(sim *s)
 }
 
 static void
-push(sim *s, double t, uint32_t type, uint32_t a)
+heap_push(sim *s, hev x)
 {
 	size_t i;
-	hev x;
 
-	if (a >> EV_ABITS != 0 || s->seq > EV_SEQ_MAX) {
-		s->fail = SG_ENOMEM;	/* past the event encoding's range */
-		return;
-	}
 	if (heap_room(s) != 0) {
 		s->fail = SG_ENOMEM;
 		return;
 	}
-	x.t = t;
-	x.k = s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)type << EV_ABITS |
-	    a;
 	i = s->nheap++;
 	while (i > 0) {
 		size_t p = (i - 1) / 4;
@@ -428,6 +505,88 @@ push(sim *s, double t, uint32_t type, uint32_t a)
 		i = p;
 	}
 	s->heap[i] = x;
+}
+
+/* The calendar bucket of time t (t / BK_MS rounds monotonically, so a
+ * later time never has an earlier bucket). */
+static double
+bucket_of(double t)
+{
+	return floor(t / BK_MS);
+}
+
+static void
+bkt_add(sim *s, bkt *b, hev x)
+{
+	if (grow((void **)&b->v, &b->cap, sizeof(*b->v), b->n + 1) != 0) {
+		s->fail = SG_ENOMEM;
+		return;
+	}
+	b->v[b->n++] = x;
+	s->bk_items++;
+}
+
+/*
+ * An event: into the heap when its bucket is at most bk_cur (the heap's
+ * events all come before the buckets'), else into its bucket, or far when
+ * past the BK_N buckets ahead.  The heap stays as small as one bucket's
+ * events, which keeps its pops in cache.
+ */
+static void
+push(sim *s, double t, uint32_t type, uint32_t a)
+{
+	double b = bucket_of(t);
+	hev x;
+
+	if (a >> EV_ABITS != 0 || s->seq > EV_SEQ_MAX) {
+		s->fail = SG_ENOMEM;	/* past the event encoding's range */
+		return;
+	}
+	x.t = t;
+	x.k = s->seq++ << (EV_ABITS + EV_TBITS) | (uint64_t)type << EV_ABITS |
+	    a;
+	if (b <= (double)s->bk_cur)
+		heap_push(s, x);
+	else if (b < (double)(s->bk_cur + BK_N))
+		bkt_add(s, &s->bk[(uint64_t)b & (BK_N - 1)], x);
+	else
+		bkt_add(s, &s->far, x);
+}
+
+/*
+ * The heap ran empty: move the next bucket holding events into it.  Every
+ * BK_N buckets the far events now within reach go to their buckets (a far
+ * event is at least BK_N buckets past the bk_cur it was pushed at, so it
+ * is never behind bk_cur then).
+ */
+static void
+refill(sim *s)
+{
+	while (s->nheap == 0 && s->bk_items > 0 && s->fail == 0) {
+		bkt *b;
+		size_t k, m;
+
+		s->bk_cur++;
+		if (s->bk_cur % BK_N == 0) {
+			for (k = m = 0; k < s->far.n; k++) {
+				hev x = s->far.v[k];
+				double q = bucket_of(x.t);
+
+				if (q < (double)(s->bk_cur + BK_N)) {
+					s->bk_items--;
+					bkt_add(s, &s->bk[(uint64_t)q &
+					    (BK_N - 1)], x);
+				} else
+					s->far.v[m++] = x;
+			}
+			s->far.n = m;
+		}
+		b = &s->bk[s->bk_cur & (BK_N - 1)];
+		for (k = 0; k < b->n; k++)
+			heap_push(s, b->v[k]);
+		s->bk_items -= b->n;
+		b->n = 0;
+	}
 }
 
 static ev
@@ -486,12 +645,17 @@ sched_sample(sim *s, double t, uint32_t a)
 	    a };
 }
 
-/* The next event of the heap or the ring, or NULL. */
+/* The next event of the heap (refilled from the calendar) or the ring,
+ * or NULL. */
 static const hev *
-next_ev(const sim *s, bool *from_ring)
+next_ev(sim *s, bool *from_ring)
 {
-	const hev *h = s->nheap > 0 ? &s->heap[0] : NULL;
-	const hev *r = s->ring_n > 0 ? &s->ring[s->ring_head] : NULL;
+	const hev *h, *r;
+
+	if (s->nheap == 0)
+		refill(s);
+	h = s->nheap > 0 ? &s->heap[0] : NULL;
+	r = s->ring_n > 0 ? &s->ring[s->ring_head] : NULL;
 
 	*from_ring = r != NULL && (h == NULL || ev_less(r, h));
 	return *from_ring ? r : h;
@@ -1391,6 +1555,11 @@ sim_free(sim *s)
 	free(s->mark);
 	free(s->markhint);
 	free(s->ring);
+	if (s->bk != NULL)
+		for (i = 0; i < BK_N; i++)
+			free(s->bk[i].v);
+	free(s->bk);
+	free(s->far.v);
 }
 
 static int
@@ -1408,7 +1577,8 @@ setup_alloc(sim *s)
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
 	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
 	    (s->markhint = calloc(s->nc, sizeof(*s->markhint))) == NULL ||
-	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL)
+	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL ||
+	    (s->bk = calloc(BK_N, sizeof(*s->bk))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
