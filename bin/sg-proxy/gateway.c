@@ -97,6 +97,21 @@ json_escaped(pbuf *b, const char *s)
 
 #define LIT(b, s)	pbuf_add((b), (s), sizeof(s) - 1)
 
+/* s[0..n) escaped as the inside of a JSON string (no quotes).  0 or -1. */
+static int
+json_part(pbuf *b, const char *s, size_t n)
+{
+	size_t ln;
+	char *lit = gj_quote(s, n, &ln);
+	int rc;
+
+	if (lit == NULL)
+		return -1;
+	rc = pbuf_add(b, lit + 1, ln - 2);
+	free(lit);
+	return rc;
+}
+
 /* An OpenAI-style error: {"error":{"message","type","param","code"}}. */
 static void
 send_oai_error(h1s_req *req, int status, const char *type,
@@ -318,67 +333,82 @@ auth_key(proxy *p, h1s_req *req)
 /* --- /v1/models and /readyz on the gateway edge ----------------------------- */
 
 /*
- * The models a client may name: the router's (role gateway: its last
- * /v1/models, gwpoll.c) or the cluster file's (role all).  With --api-keys
- * the caller's key must be listed (401 otherwise, as for a routed
- * request), and a key that binds a routing key sees the public ids
- * "<routing_key>/<model>"; otherwise the ids are the routed names, to
- * which the client puts its routing key in front.  A gateway whose router
- * never listed its models answers 503.
+ * The models a client may name: the router's (role gateway: its
+ * /v1/models, asked for this request, gwpoll.c) or the cluster file's
+ * (role all).  With --api-keys the caller's key must be listed (401
+ * otherwise, as for a routed request), and a key that binds a routing key
+ * sees the public ids "<routing_key>/<model>"; otherwise the ids are the
+ * routed names, to which the client puts its routing key in front.
  */
 void
 gateway_models(proxy *p, h1s_req *req)
 {
-	const char *const *names = NULL;
 	const apikey *key = NULL;
-	pbuf *b = &p->scratch;
-	const char *rk = NULL;
-	char *id = NULL;
-	size_t i, n = 0, rkl = 0;
+	const char *rk;
 
 	if (p->nkeys > 0 && (key = auth_key(p, req)) == NULL) {
 		send_oai_error(req, 401, "invalid_request_error",
 		    "invalid_api_key", "Invalid API key provided.");
 		return;
 	}
-	if (p->conf->role_id == ROLE_GATEWAY) {
-		if ((names = gwpoll_models(p, &n)) == NULL) {
-			send_oai_error(req, 503, "api_error", "upstream_error",
-			    "the router has not listed its models yet");
+	rk = key != NULL ? key->routing_key : NULL;
+	if (p->conf->role_id != ROLE_GATEWAY) {
+		const char **names = NULL;
+		size_t i, n = p->gen != NULL ? p->gen->nmodels : 0;
+
+		if (n > 0 && (names = calloc(n, sizeof(*names))) == NULL) {
+			send_oai_error(req, 500, "api_error", NULL,
+			    "out of memory");
 			return;
 		}
+		for (i = 0; i < n; i++)
+			names[i] = p->gen->models[i].name;
+		gateway_models_reply(p, req, rk, names, n);
+		free(names);
+		return;
 	}
-	if (key != NULL && key->routing_key != NULL) {
-		rk = key->routing_key;
-		rkl = strlen(rk);
-	}
-	b->len = 0;
-	LIT(b, "{\"object\":\"list\",\"data\":[");
-	for (i = 0; i < (names != NULL ? n : p->gen != NULL ?
-	    p->gen->nmodels : 0); i++) {
-		const char *m = names != NULL ? names[i] :
-		    p->gen->models[i].name;
-		size_t ml = strlen(m);
+	if (gwpoll_models(p, req, rk) != 0)
+		send_oai_error(req, 500, "api_error", NULL, "out of memory");
+}
 
-		free(id);
-		if ((id = malloc(rkl + ml + 2)) == NULL)
-			break;
+void
+gateway_models_error(h1s_req *req, const char *why)
+{
+	sg_log_rec r;
+
+	sg_log_begin(&r, proxy_self->log, SG_LOG_WARN, wall_s(),
+	    "router models request failed");
+	sg_log_str(&r, "error", why);
+	sg_log_end(&r);
+	send_oai_error(req, 502, "api_error", "upstream_error",
+	    "the router's model list is not available");
+}
+
+/* The model list of names (sorted), under routing key rk when not NULL. */
+void
+gateway_models_reply(proxy *p, h1s_req *req, const char *rk,
+    const char *const *names, size_t n)
+{
+	pbuf *b = &p->scratch;
+	size_t i, rkl = rk != NULL ? strlen(rk) : 0;
+	int bad = 0;
+
+	b->len = 0;
+	bad |= LIT(b, "{\"object\":\"list\",\"data\":[");
+	for (i = 0; i < n; i++) {
+		bad |= i > 0 ? LIT(b, ",{\"id\":\"") : LIT(b, "{\"id\":\"");
 		if (rk != NULL) {
-			memcpy(id, rk, rkl);
-			id[rkl] = '/';
-			memcpy(id + rkl + 1, m, ml + 1);
-		} else
-			memcpy(id, m, ml + 1);
-		if (i > 0)
-			LIT(b, ",");
-		LIT(b, "{\"id\":");
-		pbuf_json_str(b, id);
-		LIT(b, ",\"object\":\"model\",\"owned_by\":\"stargate\"}");
+			bad |= json_part(b, rk, rkl);
+			bad |= LIT(b, "/");
+		}
+		bad |= json_part(b, names[i], strlen(names[i]));
+		bad |= LIT(b, "\",\"object\":\"model\",\"owned_by\":"
+		    "\"stargate\"}");
 	}
-	LIT(b, "]}");
-	free(id);
+	bad |= LIT(b, "]}");
 	h1s_del_header(req, "Content-Type");
-	if (h1s_add_header(req, "Content-Type", "application/json") != 0) {
+	if (bad != 0 || h1s_add_header(req, "Content-Type",
+	    "application/json") != 0) {
 		send_oai_error(req, 500, "api_error", NULL, "out of memory");
 		return;
 	}

@@ -2,18 +2,21 @@
  * gwpoll.c — the gateway role's view of its router (sg-proxy(8), "GET
  * /readyz" and "GET /v1/models"), kept off the request path.
  *
- * Every worker of --role gateway polls --router-url on its own loop with
- * the native client (h1.c): GET /readyz, and when that answers 200, GET
- * /v1/models; then again POLL_MS later (the first poll at startup).  Each
- * step is bounded by POLL_TIMEOUT_MS without a byte; nothing blocks, and a
- * poll in flight never delays a request.  The router is ready while its
- * last /readyz answered 200 less than READY_STALE_MS ago: a refused or
- * timed-out poll, or any other status, makes the gateway's own /readyz 503
- * at once.  The model list is the last one the router gave (the "id" of
- * every member of "data", sorted, duplicates dropped; at most MODELS_MAX
- * bytes of document): a router that stops answering keeps its last list,
- * one that never answered has none.  Readiness changes are logged once
- * each (info when ready, warn when not).
+ * Readiness: every worker of --role gateway polls --router-url's /readyz
+ * on its own loop with the native client (h1.c), at startup and then
+ * POLL_MS after each answer, each poll bounded by POLL_TIMEOUT_MS without
+ * a byte; nothing blocks, and a poll in flight never delays a request.
+ * The router is ready while its last /readyz answered 200 less than
+ * READY_STALE_MS ago: a refused or timed-out poll, or any other status,
+ * makes the gateway's own /readyz 503 at once.  Readiness changes are
+ * logged once each (info when ready, warn when not).
+ *
+ * Models: a client's GET /v1/models asks the router's /v1/models on the
+ * loop (bounded by --upstream-timeout-ms; a client that leaves cancels
+ * it), takes the "id" of every member of "data" (sorted, duplicates
+ * dropped, at most MODELS_MAX bytes of document) and answers them through
+ * gateway_models_reply, under the caller's routing key.  A router that
+ * cannot be asked, or answers another status or shape, is a 502.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,25 +31,31 @@
 #define READY_STALE_MS	2500.0
 #define MODELS_MAX	(1u << 20)
 
-enum { RP_READYZ, RP_MODELS };
-
 struct gwpoll {
 	proxy		*p;
 	struct event	*timer;
 	h1_xfer		*x;		/* the poll in flight, or NULL */
-	int		 step;
 	int		 status;
-	bool		 over;		/* /v1/models larger than MODELS_MAX */
-	pbuf		 body;
 	bool		 ready;		/* the last /readyz answered 200 */
 	bool		 logged;	/* a readiness state was logged */
 	bool		 logged_ready;
 	double		 ok_ms;		/* when it did */
-	char		**models;	/* sorted; NULL: never listed */
-	size_t		 nmodels;
+	struct mfetch	*fetches;	/* GET /v1/models in flight */
 };
 
-static void	poll_step(gwpoll *g, int step);
+/* One client's GET /v1/models, asked of the router. */
+typedef struct mfetch {
+	gwpoll		*g;
+	h1s_req		*req;
+	h1_xfer		*x;
+	char		*rk;		/* the caller's routing key, or NULL */
+	int		 status;
+	bool		 over;		/* larger than MODELS_MAX */
+	pbuf		 body;
+	struct mfetch	*prev, *next;
+} mfetch;
+
+static void	poll_readyz(gwpoll *g);
 
 static void
 schedule(gwpoll *g, double ms)
@@ -90,14 +99,16 @@ free_models(char **m, size_t n)
 	free(m);
 }
 
-/* The "id" of each member of doc's "data" array into the list; a document
- * of another shape leaves the last list as it was. */
-static void
-take_models(gwpoll *g, const char *text, size_t len)
+/* The "id" of each member of doc's "data" array, sorted, duplicates
+ * dropped, into *out (n of them).  0, or -1: not a model list (or out of
+ * memory). */
+static int
+parse_models(const char *text, size_t len, char ***out, size_t *nout)
 {
 	json_t *doc = json_loadb(text, len, 0, NULL), *data, *v;
 	char **m = NULL;
 	size_t i, n = 0, k;
+	int rc = -1;
 
 	data = json_object_get(doc, "data");
 	if (!json_is_array(data))
@@ -121,84 +132,71 @@ take_models(gwpoll *g, const char *text, size_t len)
 		}
 		m[k++] = m[i];
 	}
-	free_models(g->models, g->nmodels);
-	g->models = m;
-	g->nmodels = k;
+	*out = m;
+	*nout = k;
 	m = NULL;
 	n = 0;
+	rc = 0;
 out:
 	free_models(m, n);
 	json_decref(doc);
+	return rc;
 }
 
 static int
-on_headers(void *arg, const h1_resp *r)
+rz_headers(void *arg, const h1_resp *r)
 {
 	gwpoll *g = arg;
 
 	g->status = r->status;
-	return r->status == 200 && g->step == RP_MODELS ? H1_CONTINUE :
-	    H1_DISCARD;
+	return H1_DISCARD;
 }
 
 static void
-on_data(void *arg, const char *ptr, size_t n)
+rz_data(void *arg, const char *ptr, size_t n)
 {
-	gwpoll *g = arg;
-
-	if (g->over || g->body.len + n > MODELS_MAX) {
-		g->over = true;
-		return;
-	}
-	if (pbuf_add(&g->body, ptr, n) != 0)
-		g->over = true;
+	(void)arg;
+	(void)ptr;
+	(void)n;
 }
 
 static void
-on_done(void *arg, int err)
+rz_done(void *arg, int err)
 {
 	gwpoll *g = arg;
-	const char *why = NULL;
 
 	g->x = NULL;
-	if (g->step == RP_READYZ) {
-		g->ready = err == H1_OK && g->status == 200;
-		if (g->ready)
-			g->ok_ms = mono_ms();
-		else
-			why = err != H1_OK ? h1_strerror(err) :
-			    "/readyz did not answer 200";
-		log_change(g, why);
-		if (g->ready) {
-			poll_step(g, RP_MODELS);
-			return;
-		}
-	} else if (err == H1_OK && g->status == 200 && !g->over)
-		take_models(g, g->body.b, g->body.len);
+	g->ready = err == H1_OK && g->status == 200;
+	if (g->ready)
+		g->ok_ms = mono_ms();
+	log_change(g, g->ready ? NULL : err != H1_OK ? h1_strerror(err) :
+	    "/readyz did not answer 200");
 	schedule(g, POLL_MS);
 }
 
-static const h1_cbs poll_cbs = { on_headers, on_data, on_done };
+static const h1_cbs readyz_cbs = { rz_headers, rz_data, rz_done };
 
 static void
-poll_step(gwpoll *g, int step)
+get_req(h1_req *r, const proxy *p, const char *target, uint64_t timeout_ms)
 {
-	proxy *p = g->p;
-	const char *target = step == RP_READYZ ? "/readyz" : "/v1/models";
+	memset(r, 0, sizeof(*r));
+	r->method = "GET";
+	r->prefix = h1_url_path(p->conf->router_url, &r->prefix_len);
+	r->target = target;
+	r->target_len = strlen(target);
+	r->hdrs = "";
+	r->timeout_ms = timeout_ms;
+}
+
+static void
+poll_readyz(gwpoll *g)
+{
 	h1_req r;
 
-	g->step = step;
 	g->status = 0;
-	g->over = false;
-	g->body.len = 0;
-	memset(&r, 0, sizeof(r));
-	r.method = "GET";
-	r.prefix = h1_url_path(p->conf->router_url, &r.prefix_len);
-	r.target = target;
-	r.target_len = strlen(target);
-	r.hdrs = "";
-	r.timeout_ms = POLL_TIMEOUT_MS;
-	if ((g->x = h1_start(p->h1, p->router_up, &r, &poll_cbs, g)) == NULL) {
+	get_req(&r, g->p, "/readyz", POLL_TIMEOUT_MS);
+	if ((g->x = h1_start(g->p->h1, g->p->router_up, &r, &readyz_cbs,
+	    g)) == NULL) {
 		g->ready = false;	/* out of memory: try again later */
 		log_change(g, "out of memory");
 		schedule(g, POLL_MS);
@@ -214,7 +212,111 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (g->x != NULL || g->p->draining)
 		return;
-	poll_step(g, RP_READYZ);
+	poll_readyz(g);
+}
+
+/* --- GET /v1/models, asked of the router -------------------------------- */
+
+static void
+fetch_free(mfetch *f, bool cancel)
+{
+	gwpoll *g = f->g;
+
+	if (f->x != NULL && cancel)
+		h1_cancel(f->x);
+	if (f->req != NULL)
+		h1s_on_close(f->req, NULL, NULL);
+	if (f->prev != NULL)
+		f->prev->next = f->next;
+	else
+		g->fetches = f->next;
+	if (f->next != NULL)
+		f->next->prev = f->prev;
+	pbuf_free(&f->body);
+	free(f->rk);
+	free(f);
+}
+
+static void
+mf_gone(h1s_req *req, void *arg)
+{
+	mfetch *f = arg;
+
+	(void)req;
+	f->req = NULL;		/* h1s frees it when this returns */
+	fetch_free(f, true);
+}
+
+static int
+mf_headers(void *arg, const h1_resp *r)
+{
+	mfetch *f = arg;
+
+	f->status = r->status;
+	return r->status == 200 ? H1_CONTINUE : H1_DISCARD;
+}
+
+static void
+mf_data(void *arg, const char *ptr, size_t n)
+{
+	mfetch *f = arg;
+
+	if (f->over || f->body.len + n > MODELS_MAX ||
+	    pbuf_add(&f->body, ptr, n) != 0)
+		f->over = true;
+}
+
+static void
+mf_done(void *arg, int err)
+{
+	mfetch *f = arg;
+	h1s_req *req = f->req;
+	char **m = NULL;
+	size_t n = 0;
+
+	f->x = NULL;
+	h1s_on_close(req, NULL, NULL);
+	f->req = NULL;
+	if (err != H1_OK || f->status != 200 || f->over ||
+	    parse_models(f->body.b, f->body.len, &m, &n) != 0)
+		gateway_models_error(req, err != H1_OK ? h1_strerror(err) :
+		    "the router did not list its models");
+	else
+		gateway_models_reply(f->g->p, req, f->rk,
+		    (const char *const *)m, n);
+	free_models(m, n);
+	fetch_free(f, false);
+}
+
+static const h1_cbs models_cbs = { mf_headers, mf_data, mf_done };
+
+int
+gwpoll_models(proxy *p, h1s_req *req, const char *rk)
+{
+	gwpoll *g = p->rpoll;
+	mfetch *f;
+	h1_req r;
+
+	if (g == NULL || (f = calloc(1, sizeof(*f))) == NULL)
+		return -1;
+	if (rk != NULL && (f->rk = strdup(rk)) == NULL) {
+		free(f);
+		return -1;
+	}
+	f->g = g;
+	f->req = req;
+	get_req(&r, p, "/v1/models", p->conf->upstream_timeout_ms);
+	if ((f->next = g->fetches) != NULL)
+		f->next->prev = f;
+	g->fetches = f;
+	if ((f->x = h1_start(p->h1, p->router_up, &r, &models_cbs, f)) ==
+	    NULL) {
+		f->req = NULL;
+		fetch_free(f, false);
+		return -1;
+	}
+	h1s_on_close(req, mf_gone, f);
+	return 0;
 }
 
 int
@@ -248,9 +350,11 @@ gwpoll_fini(proxy *p)
 	p->rpoll = NULL;
 	if (g->x != NULL && p->h1 != NULL)
 		h1_cancel(g->x);
+	while (g->fetches != NULL) {
+		g->fetches->req = NULL;	/* h1s_server_free took it */
+		fetch_free(g->fetches, p->h1 != NULL);
+	}
 	event_free(g->timer);
-	pbuf_free(&g->body);
-	free_models(g->models, g->nmodels);
 	free(g);
 }
 
@@ -260,13 +364,4 @@ gwpoll_ready(const proxy *p)
 	const gwpoll *g = p->rpoll;
 
 	return g != NULL && g->ready && mono_ms() - g->ok_ms < READY_STALE_MS;
-}
-
-const char *const *
-gwpoll_models(const proxy *p, size_t *n)
-{
-	const gwpoll *g = p->rpoll;
-
-	*n = g != NULL ? g->nmodels : 0;
-	return g != NULL ? (const char *const *)g->models : NULL;
 }

@@ -556,8 +556,12 @@ bool	gateway_client_header_passes(const char *name, size_t len);
 void	gateway_note_headers(preq *q, const h1_resp *r);
 bool	gateway_response_passes(preq *q, const char *name, size_t nl);
 bool	gateway_idle(proxy *p);			/* no store write pending */
-/* GET /v1/models on the gateway edge: the public ids (sg-proxy(8)). */
+/* GET /v1/models on the gateway edge: the public ids (sg-proxy(8)); the
+ * list of names (sorted) under routing key rk (NULL: none); a 502. */
 void	gateway_models(proxy *p, h1s_req *req);
+void	gateway_models_reply(proxy *p, h1s_req *req, const char *rk,
+	    const char *const *names, size_t n);
+void	gateway_models_error(h1s_req *req, const char *why);
 /* Why the gateway edge is not ready ("router not ready", "store
  * unavailable"), or NULL when it is. */
 const char *gateway_unready(proxy *p);
@@ -570,8 +574,9 @@ int	gwpoll_init(proxy *p);
 void	gwpoll_fini(proxy *p);
 /* The router's last /readyz answered 200, recently. */
 bool	gwpoll_ready(const proxy *p);
-/* The router's model names, sorted; NULL when it never listed them. */
-const char *const *gwpoll_models(const proxy *p, size_t *n);
+/* Answer req's GET /v1/models from the router's (async, on the loop),
+ * under routing key rk.  0, or -1: out of memory (nothing sent). */
+int	gwpoll_models(proxy *p, h1s_req *req, const char *rk);
 
 /* --- gwjson.c ------------------------------------------------------------------------------- */
 
