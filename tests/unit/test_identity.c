@@ -1012,6 +1012,60 @@ test_scan_of_a_220_kib_prompt_counts_like_the_parse(void **state)
 	free(b);
 }
 
+/*
+ * The string skip (64 and 16 bytes a step where SSE2 is there, 32 and 8
+ * otherwise) meets each kind of byte it must stop at or note -- a quote
+ * (the end), an escape, a control byte (refused), a non-ASCII byte (valid
+ * or not as UTF-8) -- at every offset of the first 160 bytes of a long
+ * string and at the string's last bytes: the scan answers like the parse.
+ */
+static void
+test_scan_string_skip_stops_at_every_offset(void **state)
+{
+	static const char *const ins[] = {
+		"\\n", "\\\"", "\\u00e9", "\x01", "\x1f", "\xc3\xa9",
+		"\xe2\x82\xac", "\xc3\x28", "\x7f", " ",
+	};
+	size_t len, k, at, i;
+	char *b = malloc(1024);
+	int rc;
+
+	(void)state;
+	assert_non_null(b);
+	for (len = 150; len <= 230; len += 40)
+		for (k = 0; k < sizeof(ins) / sizeof(ins[0]); k++)
+			for (at = 0; at <= len; at++) {
+				size_t o = (size_t)snprintf(b, 1024,
+				    "{\"model\":\"acme/m\",\"prompt_cache_key\""
+				    ":\"s\",\"messages\":[{\"role\":\"user\","
+				    "\"content\":\"");
+
+				for (i = 0; i < len; i++) {
+					if (i == at) {
+						memcpy(b + o, ins[k],
+						    strlen(ins[k]));
+						o += strlen(ins[k]);
+					}
+					b[o++] = "abcdefghijklmnopq"[i % 17];
+				}
+				if (at == len) {
+					memcpy(b + o, ins[k], strlen(ins[k]));
+					o += strlen(ins[k]);
+				}
+				memcpy(b + o, "\"}]}", 5);
+				rc = both(b, NULL, NULL, NULL);
+				/* refused bytes: the parse words the 400 */
+				if ((k == 3 || k == 4 || k == 7) &&
+				    rc != ENOTSUP)
+					fail_msg("scan took %s at %zu",
+					    ins[k], at);
+				if (k != 3 && k != 4 && k != 7 && rc != 0)
+					fail_msg("scan %d on %s at %zu", rc,
+					    ins[k], at);
+			}
+	free(b);
+}
+
 int
 main(void)
 {
@@ -1048,6 +1102,7 @@ main(void)
 		cmocka_unit_test(test_scan_agrees_with_parse_on_common_chat_bodies),
 		cmocka_unit_test(test_scan_leaves_the_rest_to_the_parse),
 		cmocka_unit_test(test_scan_of_a_220_kib_prompt_counts_like_the_parse),
+		cmocka_unit_test(test_scan_string_skip_stops_at_every_offset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
