@@ -138,6 +138,7 @@ struct h1s_conn {
 	bool		 held;			/* request handed over */
 	bool		 rd_on;			/* ev_rd added */
 	bool		 wwait;			/* ev_wr added: socket full */
+	bool		 tm_on;			/* ev_tm added */
 	struct event	*ev_rd;			/* persistent EV_READ */
 	struct event	*ev_wr;			/* EV_WRITE when blocked */
 	struct event	*ev_df;			/* deferred work (activated) */
@@ -273,6 +274,17 @@ h1s_reason(int status)
 	}
 }
 
+/* Disarm the connection's timer (free when it is not armed: a streamed
+ * reply disarms it after every write). */
+static void
+tm_off(h1s_conn *c)
+{
+	if (c->tm_on) {
+		c->tm_on = false;
+		tm_off(c);
+	}
+}
+
 /* Arm the connection's timer ms from now (0: no limit, disarmed). */
 static void
 tm_arm(h1s_conn *c, uint64_t ms)
@@ -280,11 +292,11 @@ tm_arm(h1s_conn *c, uint64_t ms)
 	struct timeval tv;
 
 	if (ms == 0) {
-		event_del(c->ev_tm);
+		tm_off(c);
 		return;
 	}
 	h1_ms_tv(ms, &tv);
-	event_add(c->ev_tm, &tv);
+	c->tm_on = event_add(c->ev_tm, &tv) == 0;
 }
 
 /* --- characters --------------------------------------------------------- */
@@ -314,6 +326,23 @@ put_u64(char *b, uint64_t v)
 	} while (v > 0);
 	for (i = 0; i < n; i++)
 		b[i] = t[n - 1 - i];
+	return n;
+}
+
+/* A chunk-size line, "<hex>\r\n", into b (at least 19 bytes). */
+static size_t
+put_chunk_size(char *b, uint64_t v)
+{
+	static const char hx[] = "0123456789abcdef";
+	size_t n = 0, i;
+	int sh = 60;
+
+	while (sh > 0 && (v >> sh) == 0)
+		sh -= 4;
+	for (; sh >= 0; sh -= 4)
+		b[n++] = hx[(v >> sh) & 0xf];
+	for (i = 0; i < 2; i++)
+		b[n++] = "\r\n"[i];
 	return n;
 }
 
@@ -617,7 +646,7 @@ conn_close(h1s_conn *c)
 		return;
 	event_del(c->ev_rd);
 	event_del(c->ev_wr);
-	event_del(c->ev_tm);
+	tm_off(c);
 	close(c->fd);
 	c->fd = -1;
 	c->rd_on = c->wwait = false;
@@ -1455,7 +1484,7 @@ serve(h1s_conn *c)
 	if (s->draining)
 		c->close_after = true;
 	set_state(c, S_SERVE);
-	event_del(c->ev_tm);
+	tm_off(c);
 	/* room to notice the client leaving while it is served */
 	if (c->rcap - c->rlen < SERVE_ROOM && c->rcap < s->hcap)
 		(void)rbuf_resize(c, c->rcap + SERVE_ROOM * 2);
@@ -1651,6 +1680,7 @@ conn_on_timer(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	c->tm_on = false;		/* a timer event is not persistent */
 	c->busy++;
 	switch (c->state) {
 	case S_IDLE:
@@ -1764,7 +1794,7 @@ out_write(h1s_conn *c, const struct iovec *x, int nx)
 	if (c->opos < c->olen)
 		wr_wait(c);
 	else if (w > 0 && c->state == S_SERVE && !c->is_error)
-		event_del(c->ev_tm);
+		tm_off(c);
 	return true;
 }
 
@@ -1798,7 +1828,7 @@ out_flush(h1s_conn *c)
 	c->wwait = false;
 	event_del(c->ev_wr);
 	if (c->state == S_SERVE) {
-		event_del(c->ev_tm);
+		tm_off(c);
 		if (c->phase == R_ENDED)
 			c->pend |= PEND_COMPLETE;
 		else if (c->req.drain_cb != NULL)
@@ -2355,10 +2385,8 @@ h1s_reply_chunk(h1s_req *r, const void *p, size_t n)
 	if (c->nobody || n == 0)
 		return c->olen - c->opos;
 	if (c->ochunked) {
-		int hl = snprintf(hex, sizeof(hex), "%zx\r\n", n);
-
 		v[nv].iov_base = hex;
-		v[nv++].iov_len = (size_t)hl;
+		v[nv++].iov_len = put_chunk_size(hex, n);
 	} else if (c->oclen >= 0) {
 		uint64_t left = (uint64_t)c->oclen - c->obody;
 
