@@ -112,25 +112,34 @@ typedef struct cstate {
 	size_t		 pend_head, pend_n, pend_cap;
 } cstate;
 
-/* The perfect row reads the caches of the last SEEN distinct clusters
- * that served a session: a session's cache entry exists only on an engine
- * that admitted one of its requests. */
-#define SEEN	8
+/* The dispatch bookkeeping reads the caches of the last SEEN distinct
+ * clusters that served a session: a session's cache entry exists only on
+ * an engine that admitted one of its requests (past SEEN, every candidate
+ * is read: the same figures, more reads). */
+#define SEEN	4
 
+/*
+ * A session: one 64-byte record (the pool is aligned), since every event
+ * of a session reads most of it.  Its engine cache key and, for the
+ * router, its key string "s<id>" are computed from id (a trace session's
+ * from the trace) rather than stored.
+ */
 typedef struct sess {
 	uint64_t	rng;
-	uint64_t	key;		/* engine cache key */
 	uint64_t	context;	/* last prompt + last answer */
 	uint32_t	turns, turn;	/* turn: the next one, 1-based */
-	int32_t		last;		/* cluster of the previous turn, -1 */
-	uint32_t	next_free;
-	uint32_t	cls;		/* traffic class */
 	uint32_t	ts;		/* trace session, or NONE */
-	char		keybuf[24];	/* generated: "s<id>" */
+	uint32_t	id;		/* generated session number; free list */
+	int16_t		last;		/* cluster of the previous turn, -1 */
+	uint8_t		cls;		/* traffic class */
+	bool		seen_over;	/* more than SEEN: any may hold it */
 	int16_t		seen[SEEN];	/* last clusters that served it, -1 */
 	uint32_t	hint[SEEN];	/* its cache entry there (eng_req.hint) */
-	bool		seen_over;	/* more than SEEN: any may hold it */
 } sess;
+
+_Static_assert(sizeof(sess) == 64, "a session is one cache line");
+_Static_assert(SIM_MAX_CLUSTERS <= INT16_MAX, "cluster index in int16_t");
+_Static_assert(SIM_MAX_CLASSES <= UINT8_MAX, "class index in uint8_t");
 
 /* A request: what every event reads (one cache line), and beside it in a
  * parallel array what only a router decision reads. */
@@ -151,6 +160,7 @@ typedef struct sreq_cold {
 	sg_request	q;
 	int32_t		excl[SIM_MAX_RETRIES + 1];
 	char		id[96];
+	char		key[24];	/* generated session: "s<id>" */
 } sreq_cold;
 
 typedef struct sim {
@@ -188,8 +198,9 @@ typedef struct sim {
 	size_t		 bk_items;	/* in the buckets and far */
 	bkt		 far;		/* past bk_cur + BK_N buckets */
 
-	sess		*ss;
+	sess		*ss;		/* 64-byte aligned */
 	uint32_t	 nss, sscap, ss_free;
+	uint64_t	*tkey;		/* trace: each session's cache key */
 	sreq		*rq;
 	sreq_cold	*rqc;		/* rq's cold half, same index */
 	uint32_t	 nrq, rqcap, rq_free;
@@ -684,15 +695,18 @@ sess_new(sim *s)
 
 	if (s->ss_free != NONE) {
 		i = s->ss_free;
-		s->ss_free = s->ss[i].next_free;
+		s->ss_free = s->ss[i].id;
 		return i;
 	}
 	if (s->nss == s->sscap) {
 		uint32_t n = s->sscap ? s->sscap * 2 : 1024;
-		sess *p = realloc(s->ss, (size_t)n * sizeof(*p));
+		sess *p = aligned_alloc(64, (size_t)n * sizeof(*p));
 
 		if (p == NULL)
 			return NONE;
+		if (s->nss > 0)
+			memcpy(p, s->ss, (size_t)s->nss * sizeof(*p));
+		free(s->ss);
 		s->ss = p;
 		s->sscap = n;
 	}
@@ -702,7 +716,7 @@ sess_new(sim *s)
 static void
 sess_end(sim *s, uint32_t i)
 {
-	s->ss[i].next_free = s->ss_free;
+	s->ss[i].id = s->ss_free;	/* a free session's id links the list */
 	s->ss_free = i;
 	s->live_sessions--;
 }
@@ -925,11 +939,18 @@ drain_event(sim *s, uint32_t a, double t)
 
 /* --- requests ---------------------------------------------------------------- */
 
-/* A session's cache affinity key: "s<id>", or its id in the trace. */
-static const char *
-sess_key(const sim *s, const sess *ss)
+/* Engine cache key of generated session id. */
+static uint64_t
+gen_key(uint64_t seed, uint32_t id)
 {
-	return ss->ts != NONE ? s->sc->trace.sess[ss->ts].id : ss->keybuf;
+	return mix(seed ^ mix((uint64_t)id + 1)) | 1;
+}
+
+/* A session's engine cache key. */
+static uint64_t
+sess_ckey(const sim *s, const sess *ss)
+{
+	return ss->ts != NONE ? s->tkey[ss->ts] : gen_key(s->sc->seed, ss->id);
 }
 
 /* Decimal digits of v into p (no NUL); returns the length. */
@@ -978,8 +999,8 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 	const size_t *idx = s->cand[m];
 	size_t k, n = s->ncand[m];
 	double svc = s->svc_n > 0 ? s->svc_sum / (double)s->svc_n : 0;
-	eng_req q = { .key = s->ss[r->sess].key, .input_tokens = r->input };
 	const sess *ss = &s->ss[r->sess];
+	eng_req q = { .key = sess_ckey(s, ss), .input_tokens = r->input };
 	uint32_t stamp = ++s->mark_stamp;
 	long best, most;
 
@@ -1074,7 +1095,8 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	cold->q.request_id = cold->id;
 	cold->q.routing_key = cl->has_routing_key ? cl->routing_key : NULL;
 	cold->q.model = cl->model;
-	cold->q.cache_affinity_key = sess_key(s, &s->ss[r->sess]);
+	cold->q.cache_affinity_key = s->ss[r->sess].ts != NONE ?
+	    sc->trace.sess[s->ss[r->sess].ts].id : cold->key;
 	cold->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id :
 	    NULL;
 	cold->q.excluded = excl;
@@ -1198,7 +1220,7 @@ route(sim *s, uint32_t ri, double t)
 			size_t i = s->row->alg == SIM_ALG_PERFECT ?
 			    s->cand[m][d.index] : s->view_idx[d.index];
 			eng_req q = {
-				.key = s->ss[r->sess].key,
+				.key = sess_ckey(s, &s->ss[r->sess]),
 				.input_tokens = r->input,
 				.output_tokens = r->output,
 				.udata = (void *)(uintptr_t)(ri + 1),
@@ -1277,6 +1299,34 @@ turn_sizes(sim *s, sess *ss, uint64_t *in, uint64_t *out)
 	*out = sim_draw(&ss->rng, &sc->sessions.output);
 }
 
+/*
+ * What the router reads of a request beside its numbers: its id
+ * "<session>-t<turn>" (unique, and the same in every row) and the session
+ * key ("s<id>", or the trace's id).  The perfect row needs neither.
+ */
+static void
+name_request(const sim *s, sreq_cold *cold, const sess *ss)
+{
+	const char *key;
+	size_t n;
+
+	sg_request_init(&cold->q);
+	if (ss->ts != NONE) {
+		key = s->sc->trace.sess[ss->ts].id;
+		n = strlen(key);
+	} else {
+		cold->key[0] = 's';
+		n = 1 + utoa(ss->id, cold->key + 1);
+		cold->key[n] = '\0';
+		key = cold->key;
+	}
+	memcpy(cold->id, key, n);
+	cold->id[n++] = '-';
+	cold->id[n++] = 't';
+	n += utoa(ss->turn, cold->id + n);
+	cold->id[n] = '\0';
+}
+
 static void
 start_turn(sim *s, uint32_t si, double t)
 {
@@ -1298,7 +1348,6 @@ start_turn(sim *s, uint32_t si, double t)
 	ss = &s->ss[si];
 	r = &s->rq[ri];
 	memset(r, 0, sizeof(*r));
-	sg_request_init(&s->rqc[ri].q);
 	r->arrive = t;
 	r->input = in;
 	r->output = out;
@@ -1306,18 +1355,8 @@ start_turn(sim *s, uint32_t si, double t)
 	r->cluster = -1;
 	r->last = ss->last;
 	r->counted = t >= sc->warmup_ms;
-	/* "<session>-t<turn>": unique, and the same in every row. */
-	{
-		const char *key = sess_key(s, ss);
-		size_t n = strlen(key);
-		char *id = s->rqc[ri].id;
-
-		memcpy(id, key, n);
-		id[n++] = '-';
-		id[n++] = 't';
-		n += utoa(ss->turn, id + n);
-		id[n] = '\0';
-	}
+	if (s->row->alg != SIM_ALG_PERFECT)
+		name_request(s, &s->rqc[ri], ss);
 	s->res->simulated++;
 	if (r->counted)
 		s->res->requests++;
@@ -1355,16 +1394,14 @@ new_session(sim *s, double t)
 
 		ss->ts = (uint32_t)s->next_trace++;
 		ss->rng = 0;
-		ss->key = key_of(ts->id);
+		ss->id = 0;
 		ss->turns = (uint32_t)ts->n;
-		ss->cls = sc->trace.req[ts->first].cls;
+		ss->cls = (uint8_t)sc->trace.req[ts->first].cls;
 	} else {
 		ss->rng = stream_seed(sc->seed, 1, id);
-		ss->key = mix(sc->seed ^ mix((uint64_t)id + 1)) | 1;
+		ss->id = id;
 		ss->turns = (uint32_t)sim_draw(&ss->rng, &sc->sessions.turns);
-		ss->cls = sim_draw_class(sc, id);
-		ss->keybuf[0] = 's';
-		ss->keybuf[1 + utoa(id, ss->keybuf + 1)] = '\0';
+		ss->cls = (uint8_t)sim_draw_class(sc, id);
 	}
 	s->live_sessions++;
 	start_turn(s, si, t);
@@ -1430,7 +1467,7 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	s->svc_n++;
 	ss = &s->ss[r->sess];
 	ss->context = r->input + r->output;
-	ss->last = r->cluster;
+	ss->last = (int16_t)r->cluster;
 	ss->turn++;
 	if (ss->turn > ss->turns)
 		end_request(s, ri, true);
@@ -1541,6 +1578,7 @@ sim_free(sim *s)
 	free(s->tree);
 	free(s->heapmem);
 	free(s->ss);
+	free(s->tkey);
 	free(s->rq);
 	free(s->rqc);
 	free(s->ttft);
@@ -1639,6 +1677,11 @@ setup(sim *s)
 			return sg_seterr(s->err, rc, "%s", e.text);
 	build_candidates(s);
 	if (sc->has_trace) {
+		if ((s->tkey = calloc(sc->trace.nsess + 1,
+		    sizeof(*s->tkey))) == NULL)
+			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+		for (i = 0; i < sc->trace.nsess; i++)
+			s->tkey[i] = key_of(sc->trace.sess[i].id);
 		if (sc->trace.nsess > 0)
 			push(s, sc->trace.req[sc->trace.sess[0].first].t_ms,
 			    EV_SESSION, 0);
