@@ -758,10 +758,13 @@ req_free(sim *s, uint32_t i)
 
 /* Does node a's event come before b's (time, then cluster index; an empty
  * leaf, index NONE at +inf, comes last)? */
-static bool
+static unsigned
 node_before(const tnode *a, const tnode *b)
 {
-	return a->t < b->t || (a->t == b->t && a->i < b->i);
+	/* Without short circuits: the compiler can use flags, not jumps
+	 * (which engine wins a match is a coin toss). */
+	return (unsigned)(a->t < b->t) | ((unsigned)(a->t == b->t) &
+	    (unsigned)(a->i < b->i));
 }
 
 /*
@@ -782,8 +785,7 @@ tree_fix(sim *s, size_t i)
 		uint32_t old;
 
 		k /= 2;
-		w = node_before(&tr[2 * k + 1], &tr[2 * k]) ? &tr[2 * k + 1] :
-		    &tr[2 * k];
+		w = &tr[2 * k + node_before(&tr[2 * k + 1], &tr[2 * k])];
 		old = tr[k].i;
 		tr[k] = *w;
 		if (w->i == old && old != (uint32_t)i)
