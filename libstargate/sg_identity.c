@@ -42,6 +42,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SCAN_AVX2	1	/* chosen at run time (cpuid) */
+#endif
 
 #include "sg_identity.h"
 
@@ -1261,12 +1265,13 @@ out:
  * grammar (as strictly as jansson reads it, or the scan gives up), member
  * names are compared raw, and only what the identity and the chat
  * estimate read is kept: the model, prompt_cache_key, and per message the
- * decoded lengths of its strings.  Strings are skipped 64 bytes at a time
- * with SSE2 where the target has it (every x86-64), else eight bytes at a
- * time, until a quote, a backslash, a control byte or a non-ASCII byte
- * (then validated as UTF-8 once).  Whatever the scan does not handle — a
- * value the estimate encodes (tools, tool_calls, content parts...), an
- * escaped model or session id, duplicate members it reads, numbers jansson
+ * decoded lengths of its strings.  Strings are skipped 128 bytes at a
+ * time with AVX2 where the processor has it, 64 with SSE2 (every x86-64),
+ * else eight bytes at a time, until a quote, a backslash or a control
+ * byte (a non-ASCII byte stops only the eight-byte skip; either way the
+ * string is then validated as UTF-8 once).  Whatever the scan does not
+ * handle — a value the estimate encodes (tools, tool_calls, content
+ * parts...), an escaped model or session id, duplicate members it reads, numbers jansson
  * might refuse, deep nesting, a payload session, anything malformed —
  * makes it answer ENOTSUP: the full parse then decides, so a body the
  * scan accepts gets exactly what sg_identity_parse() gives it.
@@ -1380,15 +1385,55 @@ sse_stops(__m128i x)
 	    _mm_cmpeq_epi8(x, b)), _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x));
 }
 
+#ifdef SCAN_AVX2
+/* AVX2 where the processor has it: 128 bytes a step, up to the 128 that
+ * hold a stop (sse_skip then finds it). */
+__attribute__((target("avx2"))) static size_t
+avx2_skip(const char *s, size_t i, size_t n, unsigned *hi)
+{
+	const __m256i q = _mm256_set1_epi8('"'), b = _mm256_set1_epi8('\\');
+	const __m256i ctl = _mm256_set1_epi8(0x1f);
+	__m256i h = _mm256_setzero_si256();
+
+#define AVX2_STOPS(x)	_mm256_or_si256(_mm256_or_si256( \
+	_mm256_cmpeq_epi8((x), q), _mm256_cmpeq_epi8((x), b)), \
+	_mm256_cmpeq_epi8(_mm256_min_epu8((x), ctl), (x)))
+	while (i + 128 <= n) {
+		const __m256i *v = (const __m256i *)(const void *)(s + i);
+		__m256i x0 = _mm256_loadu_si256(v);
+		__m256i x1 = _mm256_loadu_si256(v + 1);
+		__m256i x2 = _mm256_loadu_si256(v + 2);
+		__m256i x3 = _mm256_loadu_si256(v + 3);
+		__m256i st = _mm256_or_si256(_mm256_or_si256(AVX2_STOPS(x0),
+		    AVX2_STOPS(x1)), _mm256_or_si256(AVX2_STOPS(x2),
+		    AVX2_STOPS(x3)));
+
+		if (!_mm256_testz_si256(st, st))
+			break;
+		h = _mm256_or_si256(h, _mm256_or_si256(_mm256_or_si256(x0, x1),
+		    _mm256_or_si256(x2, x3)));
+		i += 128;
+	}
+#undef AVX2_STOPS
+	*hi |= (unsigned)_mm256_movemask_epi8(h);
+	return i;
+}
+#endif
+
 /*
  * SSE2 (every x86-64): skip s[i..n) up to its first quote, backslash or
- * control byte, 64 bytes a step, then 16; *hi collects the high bits of
- * the bytes skipped (non-ASCII: the string is validated as UTF-8).
- * Returns the new i (the scalar loops do the last bytes).
+ * control byte, 64 bytes a step, then 16 (AVX2 first, 128 a step, where
+ * the processor has it); *hi collects the high bits of the bytes skipped
+ * (non-ASCII: the string is validated as UTF-8).  Returns the new i (the
+ * scalar loops do the last bytes).
  */
 static size_t
 sse_skip(const char *s, size_t i, size_t n, unsigned *hi)
 {
+#ifdef SCAN_AVX2
+	if (i + 128 <= n && __builtin_cpu_supports("avx2"))
+		i = avx2_skip(s, i, n, hi);
+#endif
 	while (i + 64 <= n) {
 		__m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)
 		    (s + i));
