@@ -217,7 +217,7 @@ rebuild(sg_fleet *f, size_t i)
 	const fcl *c = &f->c[i];
 	size_t k;
 
-	*sg_snapshot_at(f->eff, i) = c->pub;
+	copy_load(sg_snapshot_at(f->eff, i), &c->pub);	/* same id */
 	for (k = 0; k < c->nrv; k++)
 		sg_snapshot_reserve(f->eff, i, c->rv[k].tokens, c->rv[k].prio);
 	f->gen[i] = ++f->clock;
@@ -434,6 +434,10 @@ sync_in_place(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 	for (k = 0; k < n; k++) {
 		size_t i = idx[k];
 
+		/* An index out of range ends the steady state here; the
+		 * caller reports it. */
+		if (i >= f->n)
+			return false;
 		if (!fresh(f, i, now_ms))
 			continue;
 		if (m >= nv || c->fidx[m] != i)
@@ -458,11 +462,11 @@ sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 	if (c->f != f)
 		return sg_seterr(err, SG_EINVAL, "fleet view: cursor of "
 		    "another fleet");
-	for (k = 0; k < n; k++)
-		if (idx[k] >= f->n)
-			return sg_seterr(err, SG_EINVAL, "fleet view: index "
-			    "%zu out of range", idx[k]);
 	if (!sync_in_place(f, idx, n, now_ms, c)) {
+		for (k = 0; k < n; k++)
+			if (idx[k] >= f->n)
+				return sg_seterr(err, SG_EINVAL, "fleet view: "
+				    "index %zu out of range", idx[k]);
 		if (n > c->cap) {
 			size_t *p;
 			uint64_t *g;
