@@ -97,6 +97,11 @@ struct eng {
 	/* simple model */
 	uint32_t	 pq_head, pq_tail;	/* prefill FIFO; head in progress */
 	bool		 pref_busy;
+	/* while pref_busy: the head's pstart, pend and uncached tokens (a
+	 * copy in the engine, so that load and next-event reads do not
+	 * touch its record) */
+	double		 pref_start, pref_end;
+	uint64_t	 pref_unc;
 	uint64_t	 pref_tokens;	/* uncached tokens in the prefill FIFO */
 	heap_item	*heap;
 	uint32_t	 nheap, heapcap;
@@ -746,6 +751,9 @@ prefill_start(eng *e, double t)
 	q->pend = t + (double)q->info.uncached_tokens * 1000.0 /
 	    e->cfg.prefill_tps;
 	e->pref_busy = true;
+	e->pref_start = q->pstart;
+	e->pref_end = q->pend;
+	e->pref_unc = q->info.uncached_tokens;
 }
 
 static void
@@ -1076,8 +1084,8 @@ eng_next_event(const eng *e)
 		if (e->nheap > 0)
 			t = e->heap[0].t;
 		if (e->pref_busy && e->pq_head != ENG_NONE &&
-		    R(e, e->pq_head)->pend < t)
-			t = R(e, e->pq_head)->pend;
+		    e->pref_end < t)
+			t = e->pref_end;
 	}
 	return t;
 }
@@ -1276,14 +1284,13 @@ pending_prefill(const eng *e, double now)
 	}
 	pending = e->pref_tokens;
 	if (e->pref_busy && e->pq_head != ENG_NONE) {
-		const rec *q = R(e, e->pq_head);
-		double span = q->pend - q->pstart, done;
+		double span = e->pref_end - e->pref_start, done;
 
-		if (span > 0 && now > q->pstart) {
-			done = floor((double)q->info.uncached_tokens *
-			    (now - q->pstart) / span);
-			if (done > (double)q->info.uncached_tokens)
-				done = (double)q->info.uncached_tokens;
+		if (span > 0 && now > e->pref_start) {
+			done = floor((double)e->pref_unc *
+			    (now - e->pref_start) / span);
+			if (done > (double)e->pref_unc)
+				done = (double)e->pref_unc;
 			pending -= (uint64_t)done;
 		}
 	}

@@ -173,6 +173,7 @@ typedef struct sim {
 	size_t		 ncand[SIM_MAX_CLASSES];
 	const size_t	*view_idx;	/* fleet index of view cluster k */
 	bool		*drained;
+	size_t		*idlen;		/* strlen of each cluster id */
 	orc_cand	*oc;		/* perfect row: per cluster */
 	uint32_t	*mark;		/* perfect row: served the session */
 	uint32_t	*markhint;	/* ... its entry there (eng_req.hint) */
@@ -1101,6 +1102,7 @@ decide(sim *s, uint32_t ri, double t, size_t m, sg_decision *d)
 	    sc->trace.sess[s->ss[r->sess].ts].id : cold->key;
 	cold->q.last_cluster_id = r->last >= 0 ? sc->clusters[r->last].id :
 	    NULL;
+	cold->q.last_cluster_id_len = r->last >= 0 ? s->idlen[r->last] : 0;
 	cold->q.excluded = excl;
 	cold->q.nexcluded = r->nexcl;
 	cold->q.input_tokens = r->input;
@@ -1591,6 +1593,7 @@ sim_free(sim *s)
 	}
 	sg_fleet_free(s->fleet);
 	free(s->drained);
+	free(s->idlen);
 	free(s->oc);
 	free(s->mark);
 	free(s->markhint);
@@ -1618,8 +1621,11 @@ setup_alloc(sim *s)
 	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
 	    (s->markhint = calloc(s->nc, sizeof(*s->markhint))) == NULL ||
 	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL ||
-	    (s->bk = calloc(BK_N, sizeof(*s->bk))) == NULL)
+	    (s->bk = calloc(BK_N, sizeof(*s->bk))) == NULL ||
+	    (s->idlen = calloc(s->nc, sizeof(*s->idlen))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
+	for (i = 0; i < s->nc; i++)
+		s->idlen[i] = strlen(sc->clusters[i].id);
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
