@@ -312,6 +312,9 @@ const uint16_t	*sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk,
 		    const size_t *order, size_t nr);
 void		 sgi_rcache_stats(const sgi_rcache *rc,
 		    struct sgi_rcache_stats *st);
+/* The inverse of a ranking lookup or store returned: pos[c] = c's rank + 1
+ * (0: unranked), for the candidates c of its snapshot. */
+const uint16_t	*sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank);
 
 /* --- algorithms ------------------------------------------------------------ */
 
@@ -428,6 +431,25 @@ size_t	sgi_pulsar_rank(sgi_ctx *x, size_t *order);
  */
 size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
 	    size_t *order, bool *full, long last, size_t *pos);
+/*
+ * A cached ranking copied on demand.  sgi_pulsar_rank_start_lazy() is
+ * sgi_pulsar_rank_start_rot() that, on a cache hit, writes only
+ * order[0..min(want, nr)) (last's rank comes from the cache's inverse, not
+ * a search) and leaves in *lz what sgi_rlazy_fill() needs to write
+ * order[0..upto) of the same (rotated) ranking later in the call; when it
+ * did not hit, order[] is whole and sgi_rlazy_fill() does nothing.
+ */
+typedef struct sgi_rlazy {
+	const uint16_t	*rank;		/* the cached ranking; NULL: none */
+	size_t		 nr;		/* its length */
+	size_t		 done;		/* order[0..done) written */
+	size_t		 lpos;		/* last's former rank, or SIZE_MAX */
+	size_t		 last;
+} sgi_rlazy;
+size_t	sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix,
+	    size_t *order, bool *full, long last, size_t *pos, size_t want,
+	    sgi_rlazy *lz);
+void	sgi_rlazy_fill(sgi_rlazy *lz, size_t *order, size_t upto);
 /*
  * The same in steps, for pulsar-wait-and-widen: fill *prefix and, when the
  * ranking cache has the ranking or wants it stored (or in reference or

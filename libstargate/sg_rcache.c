@@ -23,10 +23,13 @@
  * prefix bytes, compared exactly (a hash collision can cost a miss, never a
  * wrong ranking), and by the weight generation it was computed under, so
  * alternating snapshots keep an entry each; it holds the ranking as uint16
- * candidate indices.  Entries whose generation no longer belongs to a
+ * candidate indices and its inverse (each candidate's rank + 1, 0 when
+ * unranked: sgi_rcache_pos), so that a caller can find one candidate's
+ * rank, or copy only the ranks it reads, without a pass over the
+ * ranking.  Entries whose generation no longer belongs to a
  * weight state can never hit again and are replaced first, then the least
  * recently used.  The entry count shrinks with the candidate count so that
- * rankings never take more than RANK_BYTES; prefixes longer than PFX_MAX
+ * rankings and their inverses never take more than RANK_BYTES; prefixes longer than PFX_MAX
  * bytes (long keys) are never cached.  Memory is allocated when the
  * candidate count first needs it and kept; a larger snapshot reallocates
  * and starts empty.
@@ -83,6 +86,7 @@ struct sgi_rcache {
 	struct entry	*ent;
 	unsigned char	*pfx;		/* nent * PFX_MAX */
 	uint16_t	*rank;		/* nent * ncap */
+	uint16_t	*pos;		/* nent * ncap: rank + 1 per candidate */
 	uint64_t	*prob;		/* PROBATION key hashes */
 	unsigned char	*prob_next;	/* per probation set: next way */
 	struct wstate	 ws[WSLOTS];
@@ -110,6 +114,7 @@ release(sgi_rcache *rc)
 	free(rc->ent);
 	free(rc->pfx);
 	free(rc->rank);
+	free(rc->pos);
 	free(rc->prob);
 	free(rc->prob_next);
 	for (i = 0; i < WSLOTS; i++) {
@@ -120,6 +125,7 @@ release(sgi_rcache *rc)
 	rc->ent = NULL;
 	rc->pfx = NULL;
 	rc->rank = NULL;
+	rc->pos = NULL;
 	rc->prob = NULL;
 	rc->prob_next = NULL;
 	rc->ncap = rc->nent = rc->nsets = 0;
@@ -145,20 +151,21 @@ grow(sgi_rcache *rc, size_t n)
 
 	while (ncap < n)
 		ncap *= 2;
-	while (nent > WAYS && nent * ncap * sizeof(uint16_t) > RANK_BYTES)
+	while (nent > WAYS && 2 * nent * ncap * sizeof(uint16_t) > RANK_BYTES)
 		nent /= 2;
 	release(rc);
 	rc->tag = calloc(nent, sizeof(*rc->tag));
 	rc->ent = calloc(nent, sizeof(*rc->ent));
 	rc->pfx = malloc(nent * PFX_MAX);
 	rc->rank = malloc(nent * ncap * sizeof(uint16_t));
+	rc->pos = malloc(nent * ncap * sizeof(uint16_t));
 	rc->prob = calloc(PROBATION, sizeof(*rc->prob));
 	rc->prob_next = calloc(PROBATION / WAYS, 1);
 	for (i = 0; i < WSLOTS; i++)
 		if ((rc->ws[i].w = malloc(ncap * sizeof(uint64_t))) == NULL)
 			break;
 	if (rc->tag == NULL || rc->ent == NULL || rc->pfx == NULL ||
-	    rc->rank == NULL || rc->prob == NULL || rc->prob_next == NULL ||
+	    rc->rank == NULL || rc->pos == NULL || rc->prob == NULL || rc->prob_next == NULL ||
 	    i < WSLOTS) {
 		release(rc);
 		return SG_ENOMEM;
@@ -330,10 +337,14 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 {
 	struct entry *e = &rc->ent[lk->slot];
 	uint16_t *r = rc->rank + lk->slot * rc->ncap;
+	uint16_t *pos = rc->pos + lk->slot * rc->ncap;
 	size_t i;
 
-	for (i = 0; i < nr; i++)
+	memset(pos, 0, lk->n * sizeof(*pos));
+	for (i = 0; i < nr; i++) {
 		r[i] = (uint16_t)order[i];
+		pos[order[i]] = (uint16_t)(i + 1);
+	}
 	memcpy(rc->pfx + lk->slot * PFX_MAX, lk->prefix->b, lk->prefix->len);
 	rc->tag[lk->slot] = lk->h;
 	e->gen = lk->gen;
@@ -343,6 +354,12 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 	e->last = ++rc->clock;
 	rc->st.stores++;
 	return r;
+}
+
+const uint16_t *
+sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank)
+{
+	return rc->pos + (rank - rc->rank);
 }
 
 void
@@ -360,7 +377,7 @@ sgi_rcache_stats(const sgi_rcache *rc, struct sgi_rcache_stats *st)
 			st->entries++;
 	st->bytes = sizeof(*rc) + rc->nent * (sizeof(uint64_t) +
 	    sizeof(struct entry) + PFX_MAX +
-	    rc->ncap * sizeof(uint16_t)) + (rc->prob != NULL ?
+	    2 * rc->ncap * sizeof(uint16_t)) + (rc->prob != NULL ?
 	    PROBATION * sizeof(uint64_t) + PROBATION / WAYS : 0) +
 	    (rc->ncap > 0 ? WSLOTS * rc->ncap * sizeof(uint64_t) : 0);
 }

@@ -186,6 +186,14 @@ store_reuse(sg_request *r)
 
 /* --- basics --------------------------------------------------------------- */
 
+/* The hint's length, measured once when a request is parsed. */
+static void
+set_hint_len(sg_request *r)
+{
+	r->last_cluster_id_len = r->last_cluster_id != NULL ?
+	    strlen(r->last_cluster_id) : 0;
+}
+
 void
 sg_request_init(sg_request *r)
 {
@@ -399,6 +407,8 @@ sg_request_from_json(sg_request *r, const json_t *obj, sg_error *err)
 out:
 	if (rc != 0)
 		sg_request_release(r);
+	else
+		set_hint_len(r);
 	return rc;
 }
 
@@ -934,6 +944,7 @@ sg_request_scan_json(sg_request *r, const char *text, size_t len,
 		store_reuse(r);
 		return rc;
 	}
+	set_hint_len(r);
 	if (used != NULL)
 		*used = c.i;
 	return 0;
@@ -1304,6 +1315,7 @@ validate(sg_request *r, const struct hval *v, sg_error *err)
 	    err)) != 0 ||
 	    (rc = opt_string(r, &v[H_LAST], &r->last_cluster_id, err)) != 0)
 		return rc;
+	set_hint_len(r);
 	return elapsed(&v[H_ELAPSED], &r->elapsed_ms, err);
 }
 

@@ -33,6 +33,13 @@ typedef struct sg_request {
 	const char	*routing_method;	/* x-routing-method as received */
 	bool		 routing_method_invalid; /* header not decodable (stargate-lb-config(5)) */
 	const char	*last_cluster_id;	/* the hint (x-stargate-last-cluster-id) */
+	/*
+	 * strlen(last_cluster_id) when known, else 0: the parsers set it, so
+	 * the router need not measure the hint per decision; a caller that
+	 * points last_cluster_id elsewhere sets it too or leaves it 0 (the
+	 * router then measures the string).
+	 */
+	size_t		 last_cluster_id_len;
 	const char *const *excluded;		/* cluster ids excluded by earlier attempts */
 	size_t		 nexcluded;
 	uint64_t	 input_tokens;

@@ -505,49 +505,54 @@ rcache(const sgi_ctx *x)
 }
 
 
-/*
- * order[0..nr) = last, then r[0..nr) without last, when r ranks last
- * (*pos = its rank); otherwise order[] = r[] and *pos = SIZE_MAX.  Writes
- * nothing past order[nr - 1] (order may hold exactly nr entries); nr > 0.
- */
-static void
-copy_rotated(const uint16_t *r, size_t nr, size_t last, size_t *order,
-    size_t *pos)
+void
+sgi_rlazy_fill(sgi_rlazy *lz, size_t *order, size_t upto)
 {
-	size_t i, p;
+	const uint16_t *r = lz->rank;
+	size_t i = lz->done, p = lz->lpos;
 
-	order[0] = last;
-	for (i = 0; i + 1 < nr && r[i] != last; i++)
-		order[i + 1] = r[i];
-	if (r[i] == last) {
-		p = i;
-		for (i = p + 1; i < nr; i++)
-			order[i] = r[i];
-		*pos = p;
+	if (r == NULL || upto <= i)
 		return;
+	if (upto > lz->nr)
+		upto = lz->nr;
+	if (p == SIZE_MAX) {
+		for (; i < upto; i++)
+			order[i] = r[i];
+	} else {
+		/* the rotated ranking: last, r[0..p), r[p + 1..nr) */
+		if (i == 0 && i < upto)
+			order[i++] = lz->last;
+		for (; i < upto && i <= p; i++)
+			order[i] = r[i - 1];
+		for (; i < upto; i++)
+			order[i] = r[i];
 	}
-	for (i = 0; i < nr; i++)
-		order[i] = r[i];
-	*pos = SIZE_MAX;
+	lz->done = upto;
 }
 
 size_t
-sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
-    bool *full, long last, size_t *pos)
+sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+    bool *full, long last, size_t *pos, size_t want, sgi_rlazy *lz)
 {
 	sgi_rclookup lk;
 	const uint16_t *r;
-	size_t i, nr;
+	size_t nr, p;
 
 	*pos = SIZE_MAX;
+	lz->rank = NULL;
 	sgi_pulsar_prefix(prefix, x->def, x->req);
 	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, prefix, &lk, &r,
 	    &nr) == SGI_RC_HIT) {
-		if (last >= 0 && nr > 0)
-			copy_rotated(r, nr, (size_t)last, order, pos);
-		else
-			for (i = 0; i < nr; i++)
-				order[i] = r[i];
+		lz->rank = r;
+		lz->nr = nr;
+		lz->done = 0;
+		lz->lpos = SIZE_MAX;
+		if (last >= 0 && nr > 0 && (size_t)last < x->n &&
+		    (p = sgi_rcache_pos(x->scratch->rcache, r)[last]) != 0) {
+			lz->lpos = *pos = p - 1;
+			lz->last = (size_t)last;
+		}
+		sgi_rlazy_fill(lz, order, want);
 		*full = true;
 		return nr;
 	}
@@ -563,6 +568,16 @@ sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
 		(void)sgi_rcache_store(x->scratch->rcache, &lk, order, nr);
 	*full = true;
 	return nr;
+}
+
+size_t
+sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
+    bool *full, long last, size_t *pos)
+{
+	sgi_rlazy lz;
+
+	return sgi_pulsar_rank_start_lazy(x, prefix, order, full, last, pos,
+	    SIZE_MAX, &lz);
 }
 
 size_t

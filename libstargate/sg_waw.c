@@ -66,8 +66,6 @@ struct waw {
 	int		 cmp;		/* sample comparator */
 	bool		 pulsar;	/* filter by pulsar feasibility */
 	json_t		*cands;		/* --explain candidate table, or NULL */
-	bool		 have_ids;	/* ids holds the snapshot's ids version */
-	uint64_t	 ids;
 };
 
 /* The session plan of one decision (stargate-lb-config(5)). */
@@ -886,10 +884,15 @@ struct ring {
  * each, the length and the bytes on two cache lines), so each probe reads
  * another record's lines, serially, before the decision starts: at 64
  * candidates that lookup was most of the session rules' cost.  Here a
- * probe reads one 4-byte entry (16 tag bits, the index), and the one whose
- * tag matches is compared byte for byte with a packed copy of the ids
- * (about 20 bytes each, read together), so the answer is exactly
- * sg_snapshot_find()'s.  The index holds for one ids version (the ordered
+ * probe reads one 8-byte entry (32 tag bits, the id's length, the index),
+ * tag and length are one compare, and the entry that matches is compared
+ * byte for byte with a packed copy of the ids (about 20 bytes each, read
+ * together), so the answer is exactly sg_snapshot_find()'s.  The hash
+ * reads only the id's first and last 8 bytes and its length (two loads,
+ * two multiplies: ids of up to 16 bytes are read whole); an index whose
+ * ids that hash cannot tell apart (longer ids differing only in the
+ * middle) is built again with a hash of every word instead, so no id
+ * list makes the probes long.  The index holds for one ids version (the ordered
  * ids, sg_snapshot.h: the version changes whenever they do, the same
  * contract the cached rings rely on) and is built, O(n), the second time in
  * a row that a version is looked up, so snapshots that alternate fall back
@@ -900,8 +903,9 @@ struct hintix {
 	uint64_t	 ids;		/* the ids version indexed */
 	uint64_t	 seen;		/* the version last looked up unindexed */
 	size_t		 n;		/* candidates indexed */
+	bool		 whole;		/* hashed by every word (hint_hash_all) */
 	uint32_t	 mask;		/* entries - 1 (a power of 2 minus 1) */
-	uint32_t	*e;		/* tag << 16 | (index + 1); 0: empty */
+	uint64_t	*e;		/* tag << 32 | len << 16 | (index + 1); 0: empty */
 	size_t		 cap;		/* entries allocated */
 	uint32_t	*off;		/* n + 1 offsets of the ids in text */
 	char		*text;		/* the ids, packed */
@@ -1336,15 +1340,11 @@ gmemo_put(sgi_rings *R, uint64_t fp, uint64_t kh, uint64_t ids, uint64_t pfx,
 		e->g[i] = (uint16_t)group[i];
 }
 
-/* The snapshot's ids version (sg_snapshot.h), read once per call. */
+/* The snapshot's ids version (sg_snapshot.h). */
 static inline uint64_t
-waw_ids(struct waw *w)
+waw_ids(const struct waw *w)
 {
-	if (!w->have_ids) {
-		w->ids = sg_snapshot_ids_version(w->x->snap);
-		w->have_ids = true;
-	}
-	return w->ids;
+	return w->x->snap->ids_ver;
 }
 
 /* The scratch's ring caches, allocated on first use; NULL on ENOMEM. */
@@ -1362,16 +1362,24 @@ rings_get(sgi_scratch *s)
 	return R;
 }
 
+/* The final mix: every input bit reaches the slot (low) and tag (high) bits. */
+static inline uint64_t
+hint_mix(uint64_t h)
+{
+	h ^= h >> 32;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 29;
+	h *= 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 32);
+}
+
 /*
- * A hash of the bytes p[0..len) (len > 0) for the hint index.  Each 8-byte
- * word (the last one overlapping) is multiplied on its own and folded in
- * by a rotation, so the serial chain is two cycles a word; the final mix
- * carries every bit to the slot (low) and tag (high) bits, since ids often
- * differ only in a few bytes.  Collisions cost only probes: matches are
- * compared byte for byte.
+ * The hint index's hash of p[0..len) (len > 0): every 8-byte word (the
+ * last one overlapping), each multiplied on its own and folded in by a
+ * rotation, so the serial chain is two cycles a word.
  */
 static inline uint64_t
-hint_hash(const char *p, size_t len)
+hint_hash_all(const char *p, size_t len)
 {
 	uint64_t h = (uint64_t)len * 0x9e3779b97f4a7c15ULL, w = 0;
 	size_t i;
@@ -1389,11 +1397,40 @@ hint_hash(const char *p, size_t len)
 		memcpy(&w, p + len - 8, sizeof(w));	/* the last 8 bytes */
 		h ^= w * 0xc2b2ae3d27d4eb4fULL;
 	}
-	h ^= h >> 32;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 29;
-	h *= 0xff51afd7ed558ccdULL;
-	return h ^ (h >> 32);
+	return hint_mix(h);
+}
+
+/*
+ * The cheap hash: the first and the last 8 bytes (4, or single bytes, for
+ * shorter ids) and the length, so ids of up to 16 bytes count whole.
+ */
+static inline uint64_t
+hint_hash_ends(const char *p, size_t len)
+{
+	uint64_t a, b;
+	uint32_t x, y;
+
+	if (len >= 8) {
+		memcpy(&a, p, sizeof(a));
+		memcpy(&b, p + len - 8, sizeof(b));
+	} else if (len >= 4) {
+		memcpy(&x, p, sizeof(x));
+		memcpy(&y, p + len - 4, sizeof(y));
+		a = x;
+		b = y;
+	} else {
+		a = (unsigned char)p[0] | (uint64_t)(unsigned char)p[len / 2] <<
+		    8 | (uint64_t)(unsigned char)p[len - 1] << 16;
+		b = 0;
+	}
+	return hint_mix(a * 0x9e3779b97f4a7c15ULL ^
+	    (b + len) * 0xc2b2ae3d27d4eb4fULL);
+}
+
+static inline uint64_t
+hint_hash(const struct hintix *T, const char *p, size_t len)
+{
+	return T->whole ? hint_hash_all(p, len) : hint_hash_ends(p, len);
 }
 
 /* Grow *p to hold n elements of size bytes (*cap counts them). */
@@ -1412,12 +1449,33 @@ hint_grow(void **p, size_t *cap, size_t n, size_t size)
 	return 0;
 }
 
+/*
+ * Place the n ids under T's hash; false when two distinct ids share a
+ * tag and length (only the ends hash can make that likely).
+ */
+static bool
+hint_place(struct hintix *T, const sg_cluster *cls, size_t n)
+{
+	size_t i, j;
+	uint64_t h, key, e;
+
+	memset(T->e, 0, ((size_t)T->mask + 1) * sizeof(*T->e));
+	for (i = 0; i < n; i++) {
+		h = hint_hash(T, cls[i].id, cls[i].id_len);
+		key = (h >> 32) << 16 | cls[i].id_len;
+		for (j = h & T->mask; (e = T->e[j]) != 0; j = (j + 1) & T->mask)
+			if (e >> 16 == key && !T->whole)
+				return false;	/* ids are unique: distinct */
+		T->e[j] = key << 16 | (uint64_t)(i + 1);
+	}
+	return true;
+}
+
 /* Index the n candidates cls[] under ids version ids; SG_ENOMEM. */
 static int
 hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 {
-	size_t ne = 16, i, j, tl = 0;
-	uint64_t h;
+	size_t ne = 16, i, tl = 0;
 
 	T->valid = false;
 	for (i = 0; i < n; i++)
@@ -1428,80 +1486,109 @@ hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 	    hint_grow((void **)&T->off, &T->ncap, n + 1, sizeof(*T->off)) !=
 	    0 || hint_grow((void **)&T->text, &T->tcap, tl, 1) != 0)
 		return SG_ENOMEM;
-	memset(T->e, 0, ne * sizeof(*T->e));
 	T->mask = (uint32_t)(ne - 1);
 	for (i = 0, tl = 0; i < n; i++) {
 		T->off[i] = (uint32_t)tl;
 		memcpy(T->text + tl, cls[i].id, cls[i].id_len);
 		tl += cls[i].id_len;
-		h = hint_hash(cls[i].id, cls[i].id_len);
-		for (j = h & T->mask; T->e[j] != 0; j = (j + 1) & T->mask)
-			;
-		T->e[j] = (uint32_t)(h >> 48) << 16 | (uint32_t)(i + 1);
 	}
 	T->off[n] = (uint32_t)tl;
+	T->whole = false;
+	if (!hint_place(T, cls, n)) {
+		T->whole = true;
+		(void)hint_place(T, cls, n);
+	}
 	T->ids = ids;
 	T->n = n;
 	T->valid = true;
 	return 0;
 }
 
-/* a[0..len) == b[0..len), len > 0, in words (ids are short). */
+/*
+ * a[0..len) == b[0..len), len > 0, in words (ids are short): the first and
+ * the last 8 bytes (which overlap up to 16), then the words between.
+ */
 static inline bool
 hint_eq(const char *a, const char *b, size_t len)
 {
-	uint64_t x, y, d = 0;
+	uint64_t x, y, u, v, d;
 	size_t i;
 
 	if (len < 8) {
-		for (i = 0; i < len; i++)
+		for (i = 0, d = 0; i < len; i++)
 			d |= (uint64_t)(a[i] ^ b[i]);
 		return d == 0;
 	}
-	for (i = 0; i + 8 < len; i += 8) {
+	memcpy(&x, a, 8);
+	memcpy(&y, b, 8);
+	memcpy(&u, a + len - 8, 8);
+	memcpy(&v, b + len - 8, 8);
+	d = (x ^ y) | (u ^ v);
+	for (i = 8; i + 8 < len; i += 8) {
 		memcpy(&x, a + i, 8);
 		memcpy(&y, b + i, 8);
 		d |= x ^ y;
 	}
-	memcpy(&x, a + len - 8, 8);
-	memcpy(&y, b + len - 8, 8);
-	return (d | (x ^ y)) == 0;
+	return d == 0;
 }
 
 /*
- * Candidate index of the id hint[0..len) (len > 0) in the call's snapshot,
- * or -1: sg_snapshot_find()'s answer, through the hint index.
+ * hint_find() when the index does not hold the call's snapshot: index it
+ * (the second time in a row its ids version is looked up), or answer with
+ * sg_snapshot_find().
  */
-static long
-hint_find(struct waw *w, const char *hint, size_t len)
+static __attribute__((noinline)) long
+hint_find_slow(struct waw *w, const char *hint, size_t len)
 {
 	const sg_snapshot *snap = w->x->snap;
-	size_t n = w->x->n, i;
+	uint64_t ids = waw_ids(w);
 	struct hintix *T;
-	uint32_t e, tag;
-	uint64_t ids, h;
 	sgi_rings *R;
 
 	if (w->s->reference || (R = rings_get(w->s)) == NULL)
 		return sg_snapshot_find(snap, hint, len);
 	T = &R->hint;
-	ids = waw_ids(w);
-	if (!T->valid || T->ids != ids || T->n != n) {
-		if (T->seen != ids) {
-			T->seen = ids;	/* the first time: no index yet */
-			return sg_snapshot_find(snap, hint, len);
-		}
-		if (hint_build(T, w->cls, n, ids) != 0)
-			return sg_snapshot_find(snap, hint, len);
+	if (T->valid && T->ids == ids && T->n == w->x->n)
+		return -2;	/* indexed: the caller probes */
+	if (T->seen != ids) {
+		T->seen = ids;	/* the first time: no index yet */
+		return sg_snapshot_find(snap, hint, len);
 	}
-	h = hint_hash(hint, len);
-	tag = (uint32_t)(h >> 48);
-	for (i = h & T->mask; (e = T->e[i]) != 0; i = (i + 1) & T->mask) {
-		size_t k = (e & 0xffff) - 1;
+	if (hint_build(T, w->cls, w->x->n, ids) != 0)
+		return sg_snapshot_find(snap, hint, len);
+	return -2;
+}
 
-		if (e >> 16 == tag && T->off[k + 1] - T->off[k] == len &&
-		    hint_eq(T->text + T->off[k], hint, len))
-			return (long)k;
+/*
+ * Candidate index of the id hint[0..len) (len > 0) in the call's snapshot,
+ * or -1: sg_snapshot_find()'s answer, through the hint index.  Inlined:
+ * the probe is a few dozen instructions, and a call's saved registers
+ * would cost a third as much again.
+ */
+static inline __attribute__((always_inline)) long
+hint_find(struct waw *w, const char *hint, size_t len)
+{
+	sgi_rings *R = w->s->rings;
+	struct hintix *T;
+	uint64_t h, key, e;
+	size_t i;
+	long k;
+
+	if (R == NULL || w->s->reference || !R->hint.valid ||
+	    R->hint.ids != waw_ids(w) || R->hint.n != w->x->n) {
+		if ((k = hint_find_slow(w, hint, len)) != -2)
+			return k;
+		R = w->s->rings;
+	}
+	T = &R->hint;
+	if (len > SG_ID_MAX)
+		return -1;	/* no candidate id is that long */
+	h = hint_hash(T, hint, len);
+	key = (h >> 32) << 16 | len;
+	for (i = h & T->mask; (e = T->e[i]) != 0; i = (i + 1) & T->mask) {
+		k = (long)(e & 0xffff) - 1;
+		if (e >> 16 == key && hint_eq(T->text + T->off[k], hint, len))
+			return k;
 	}
 	return -1;
 }
@@ -1585,11 +1672,12 @@ onepass:
  * Classify (once per request) and fill p.  applies is false when the rules
  * do not apply; then X and s are the configured ones.
  */
-static void
+static inline __attribute__((always_inline)) void
 plan_classify(struct waw *w, bool applies, struct plan *p)
 {
 	sg_request *r = w->x->req;
 	const char *hint = r->last_cluster_id;
+	size_t len = r->last_cluster_id_len;
 	long li = -1;
 
 	p->applies = applies;
@@ -1601,7 +1689,7 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
 	if (!applies)
 		return;
 	if (hint != NULL && hint[0] != '\0')
-		li = hint_find(w, hint, strlen(hint));
+		li = hint_find(w, hint, len != 0 ? len : strlen(hint));
 	if (r->session_state == SG_SESSION_UNCLASSIFIED) {
 		if (hint == NULL || hint[0] == '\0')
 			r->session_state = SG_SESSION_NEW;
@@ -1654,7 +1742,7 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 }
 
 /* The plan's decision fields (stargate-lb-config(5)). */
-static void
+static inline __attribute__((always_inline)) void
 plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 {
 	const char *hint = w->x->req->last_cluster_id;
@@ -1957,6 +2045,7 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	double elapsed = x->elapsed_ms, wt = 0, S, ww, bands;
 	bool have_wait = false, kv, full, last_ranked = false;
 	sgi_hashbuf prefix;
+	sgi_rlazy lz;
 	int state0;
 	size_t keep[SGI_TOP_MAX];
 	double ksc[SGI_TOP_MAX];
@@ -1972,13 +2061,16 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 	state0 = x->req->session_state;	/* unranked: not classified */
 	plan_classify(&w, w.d->last_cluster_affinity && has_key(x->req), &p);
 	/*
-	 * A cached ranking is copied with the plan's rotation applied in
-	 * the same pass (then rot is last's former rank); --explain renders
-	 * the unrotated order, so it rotates below.
+	 * A cached ranking is copied with the plan's rotation applied (then
+	 * rot is last's former rank, from the cache's inverse), and only as
+	 * far as a phase reads it: the first k ranks now, the open set at
+	 * step 5.  --explain renders the unrotated order whole, so it
+	 * rotates below.
 	 */
-	nr = sgi_pulsar_rank_start_rot(x, &prefix, order, &full,
+	nr = sgi_pulsar_rank_start_lazy(x, &prefix, order, &full,
 	    p.applies && p.state == SG_SESSION_RETURNING &&
-	    x->explain == NULL ? p.last : -1, &rot);
+	    x->explain == NULL ? p.last : -1, &rot,
+	    x->explain == NULL ? k : SIZE_MAX, &lz);
 	if (!full) {
 		kk = sgi_pulsar_top(x, &prefix, k, p.last, order, &last_ranked);
 		if (kk == SIZE_MAX) {
@@ -2015,7 +2107,9 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 		plan_promote(&w, &p, order, nr, false);
 		explain_plan(&w, &p, x->scratch->idx2, order, nr, kk);
 	} else
-		plan_promote(&w, &p, order, nr, false);
+		/* last is unranked (rot would say where): nothing moves */
+		plan_promote(&w, &p, order, lz.rank != NULL ? lz.done : nr,
+		    false);
 	S = w.d->has_band_widen ? (double)w.d->band_widen_interval_ms : p.x_ms;
 
 	/* 3. affinity phase over the first k ranks */
@@ -2054,6 +2148,7 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 		open_end = width < nr - open_end ? open_end + width : nr;
 		width *= 2;
 	}
+	sgi_rlazy_fill(&lz, order, open_end);	/* a cached ranking */
 	if (x->explain != NULL)
 		json_object_set_new(x->explain, "open_set",
 		    id_list(&w, order, open_end));

@@ -107,6 +107,11 @@ assert_request_equal(const sg_request *a, const sg_request *b)
 	assert_str_or_null(a->cache_affinity_key, b->cache_affinity_key);
 	assert_str_or_null(a->routing_method, b->routing_method);
 	assert_str_or_null(a->last_cluster_id, b->last_cluster_id);
+	/* every parser measures the hint once (issue 13) */
+	assert_int_equal(a->last_cluster_id_len, a->last_cluster_id != NULL ?
+	    strlen(a->last_cluster_id) : 0);
+	assert_int_equal(b->last_cluster_id_len, b->last_cluster_id != NULL ?
+	    strlen(b->last_cluster_id) : 0);
 	assert_true(a->input_tokens == b->input_tokens);
 	assert_int_equal(a->priority, b->priority);
 	assert_int_equal(a->has_slo, b->has_slo);
@@ -134,6 +139,7 @@ assert_spec_request(const sg_request *r)
 	assert_string_equal(r->routing_method, "pulsar");
 	assert_false(r->routing_method_invalid);
 	assert_string_equal(r->last_cluster_id, "B");
+	assert_int_equal(r->last_cluster_id_len, 1);
 	assert_int_equal(r->nexcluded, 1);
 	assert_string_equal(r->excluded[0], "C");
 	assert_true(r->elapsed_ms == 0);

@@ -919,7 +919,8 @@ test_classification_kept_across_waits_and_retries(void **state)
  * their first and last bytes (they differ in the middle only), include
  * long ones and change between calls (a new ids version), every hint --
  * a present id in the request's own buffer, the id with a byte changed,
- * cut short or extended, an unknown name -- gives the same decision,
+ * cut short or extended, an unknown name, with its length given (as the
+ * parsers give it) or not -- gives the same decision,
  * session state and promotion as the reference router (sg_snapshot_find).
  */
 static void
@@ -1007,6 +1008,9 @@ test_hint_index_matches_snapshot_find_property(void **state)
 				fx_req(&rb, rid, key, 1000);
 				ra.last_cluster_id = hint;
 				rb.last_cluster_id = hint;
+				/* the parsed form's length, or 0 (measured) */
+				if (k % 2 == 0)
+					ra.last_cluster_id_len = strlen(hint);
 				a = fx_decide(fast, s, &ra, 0);
 				b = fx_decide(ref, s, &rb, 0);
 				assert_same(&a, &b);

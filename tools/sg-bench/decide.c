@@ -528,6 +528,8 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 			snprintf(w->hints[j], sizeof w->hints[j], "%s",
 			    sg_snapshot_get(w->snap, (j * 31 + 1) % n)->id);
 			r->last_cluster_id = w->hints[j];
+			/* measured once, as the parsers do */
+			r->last_cluster_id_len = strlen(w->hints[j]);
 		}
 		w->req1[j] = *r;
 		if (sc->tenants) {
