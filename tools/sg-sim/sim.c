@@ -1443,12 +1443,6 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	if (event == ENG_FIRST_TOKEN) {
 		double ttft;
 
-		/* Remember the session's cache entry on this engine (its
-		 * most recent cluster: the head of seen). */
-		ss = &s->ss[r->sess];
-		if (ss->seen[0] == r->cluster)
-			ss->hint[0] = info->entry;
-
 		if (!r->counted)
 			return;
 		ttft = info->first_token_ms - r->arrive +
@@ -1470,6 +1464,11 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	s->svc_sum += info->done_ms - info->admit_ms;
 	s->svc_n++;
 	ss = &s->ss[r->sess];
+	/* Remember the session's cache entry on this engine (its most
+	 * recent cluster: the head of seen), found at admission; the first
+	 * token leaves the session's record alone. */
+	if (ss->seen[0] == r->cluster)
+		ss->hint[0] = info->entry;
 	ss->context = r->input + r->output;
 	ss->last = (int16_t)r->cluster;
 	ss->turn++;
