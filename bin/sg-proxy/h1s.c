@@ -53,7 +53,10 @@
  * each phase: the header deadline at a request's first byte, the body
  * deadline at the end of its head, the send timeout whenever output
  * blocks or makes progress, the keep-alive idle limit at the end of a
- * response.
+ * response.  The header and body deadlines are armed when the parse that
+ * set them returns (tm_later, tm_flush), in the same callback: a request
+ * that arrives whole in one read never arms them (two timer updates less
+ * per request; the keep-alive timer is simply disarmed when it is served).
  */
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -139,6 +142,8 @@ struct h1s_conn {
 	bool		 rd_on;			/* ev_rd added */
 	bool		 wwait;			/* ev_wr added: socket full */
 	bool		 tm_on;			/* ev_tm added */
+	bool		 tm_lazy;		/* tm_next to arm (tm_flush) */
+	uint64_t	 tm_next;
 	struct event	*ev_rd;			/* persistent EV_READ */
 	struct event	*ev_wr;			/* EV_WRITE when blocked */
 	struct event	*ev_df;			/* deferred work (activated) */
@@ -279,9 +284,10 @@ h1s_reason(int status)
 static void
 tm_off(h1s_conn *c)
 {
+	c->tm_lazy = false;
 	if (c->tm_on) {
 		c->tm_on = false;
-		tm_off(c);
+		event_del(c->ev_tm);
 	}
 }
 
@@ -295,8 +301,26 @@ tm_arm(h1s_conn *c, uint64_t ms)
 		tm_off(c);
 		return;
 	}
+	c->tm_lazy = false;
 	h1_ms_tv(ms, &tv);
 	c->tm_on = event_add(c->ev_tm, &tv) == 0;
+}
+
+/* tm_arm(c, ms) once the parse running now returns (tm_flush), unless
+ * something arms or disarms the timer first (serving the request does). */
+static void
+tm_later(h1s_conn *c, uint64_t ms)
+{
+	c->tm_lazy = true;
+	c->tm_next = ms;
+}
+
+static void
+tm_flush(h1s_conn *c)
+{
+	if (c->tm_lazy && c->fd >= 0)
+		tm_arm(c, c->tm_next);
+	c->tm_lazy = false;
 }
 
 /* --- characters --------------------------------------------------------- */
@@ -1295,7 +1319,7 @@ head_done(h1s_conn *c)
 		return false;
 	}
 	set_state(c, S_BODY);
-	tm_arm(c, s->lim.body_timeout_ms);
+	tm_later(c, s->lim.body_timeout_ms);
 	if (c->expect100 && r->minor == 1 &&
 	    !(c->bs == B_CL_R && avail >= c->clen) &&
 	    !(c->bs == B_CL_B && c->blen >= c->clen)) {
@@ -1643,7 +1667,7 @@ conn_parse(h1s_conn *c)
 	switch (c->state) {
 	case S_IDLE:
 		set_state(c, S_HEAD);
-		tm_arm(c, c->s->lim.header_timeout_ms);
+		tm_later(c, c->s->lim.header_timeout_ms);
 		/* FALLTHROUGH */
 	case S_HEAD:
 		if ((rc = head_parse(c)) <= 0)
@@ -1669,6 +1693,7 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	c->busy++;
 	conn_input(c);
+	tm_flush(c);
 	conn_unbusy(c);
 }
 
@@ -2032,8 +2057,9 @@ next_request(h1s_conn *c)
 		return;
 	}
 	set_state(c, S_HEAD);
-	tm_arm(c, s->lim.header_timeout_ms);
+	tm_later(c, s->lim.header_timeout_ms);
 	(void)conn_parse(c);
+	tm_flush(c);
 }
 
 static void

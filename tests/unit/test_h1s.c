@@ -857,6 +857,36 @@ test_send_timeout_abandons_reader_that_never_reads(void **state)
 	assert_int_equal(st.conns, 0);
 }
 
+/*
+ * While a request is served the connection's timer is not pending (the
+ * header and body deadlines are over, the send timeout starts only when
+ * output blocks); once it is answered the keep-alive timer is the one
+ * event added.  Fails when disarming the timer leaves it pending.
+ */
+static void
+test_served_request_holds_no_timer_keepalive_one(void **state)
+{
+	t_ctx *t = *state;
+	int held, idle;
+
+	t->mode = M_HOLD;
+	csend(t, "POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+	assert_true(RUN_UNTIL(t, t->held != NULL, 2000));
+	held = event_base_get_num_events(t->base, EVENT_BASE_COUNT_ADDED);
+	h1s_reply(t->held, 200, NULL, "ok", 2);
+	assert_true(RUN_UNTIL(t, t->completes == 1, 2000));
+	idle = event_base_get_num_events(t->base, EVENT_BASE_COUNT_ADDED);
+	assert_int_equal(idle, held + 1);
+	/* a head trickled in two reads still gets its deadline */
+	reset_in(t);
+	csend(t, "GET /2 HTTP/1.1\r\n");
+	RUN_UNTIL(t, false, 20);
+	assert_int_equal(event_base_get_num_events(t->base,
+	    EVENT_BASE_COUNT_ADDED), idle);
+	assert_true(RUN_UNTIL(t, t->eof, 2000));
+	assert_true(strncmp(t->in, "HTTP/1.1 408 ", 13) == 0);
+}
+
 /* --- the client leaving ------------------------------------------------ */
 
 static void
@@ -1543,6 +1573,7 @@ main(void)
 		TS(test_keepalive_idle_connection_closed_silently),
 		TS(test_silent_fresh_connection_closed_after_header_timeout),
 		TS(test_send_timeout_abandons_reader_that_never_reads),
+		TS(test_served_request_holds_no_timer_keepalive_one),
 		T(test_client_eof_during_service_runs_on_close),
 		T(test_client_gone_without_on_close_completes_at_reply),
 		T(test_half_closed_client_still_answered),
