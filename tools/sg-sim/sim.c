@@ -1771,20 +1771,22 @@ dispatch(sim *s, const ev *x)
 
 /*
  * The session of the heap's next turn start is wanted soon, and is
- * rarely in cache (tens of thousands of sessions think at once): ask for
- * it while this event runs.  A hint only: nothing depends on it.
+ * rarely in cache (tens of thousands of sessions think at once): the loop
+ * asks for it while this event runs (a hint only: nothing depends on it).
+ * The session, or NULL.  (The prefetch itself stays in the caller: a
+ * function holding nothing but a prefetch is pure to the compiler, and
+ * its calls are dropped.)
  */
-static void
-prefetch_next(const sim *s)
+static const sess *
+next_turn_sess(const sim *s)
 {
 	uint32_t type, a;
 
 	if (s->nheap == 0)
-		return;
+		return NULL;
 	type = (uint32_t)(s->heap[0].k >> EV_ABITS) & ((1u << EV_TBITS) - 1);
 	a = (uint32_t)s->heap[0].k & ((1u << EV_ABITS) - 1);
-	if (type == EV_TURN && a < s->nss)
-		__builtin_prefetch(&s->ss[a]);
+	return type == EV_TURN && a < s->nss ? &s->ss[a] : NULL;
 }
 
 static void
@@ -1823,6 +1825,7 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 		uint32_t ie = s.tree[1].i;
 		double te = ie != NONE ? s.tree[1].t : INFINITY, th;
 		const hev *h;
+		const sess *pf;
 		bool ring;
 		ev x;
 
@@ -1838,7 +1841,8 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 		}
 		x = ring ? pop_ring(&s) : pop(&s);
 		s.now = x.t;
-		prefetch_next(&s);
+		if ((pf = next_turn_sess(&s)) != NULL)
+			__builtin_prefetch(pf);
 		dispatch(&s, &x);
 	}
 	if ((rc = s.fail) != 0) {
