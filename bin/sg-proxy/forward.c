@@ -1003,7 +1003,7 @@ forward_start(preq *q, const pcl *cl, size_t fidx)
 	CURL *e;
 
 	if (q->gw.on) {
-		cbody = q->gw.body;
+		cbody = q->gw.send;
 		blen = q->gw.blen;
 	}
 	bp = (const unsigned char *)cbody;

@@ -76,6 +76,7 @@
 #define RW_JSON_MAX	(64u << 10)	/* unary prefix searched for "model" */
 #define RW_LINE_MAX	(1u << 20)	/* SSE line kept whole */
 #define KEYS_MAX	100000
+#define INPLACE_MAX	4096		/* body head moved for the rewrite */
 #define TIMEOUT_LOG_MS	1000.0		/* timeout warnings: one a second */
 #define WB_MS		10.0		/* writes are handed over in batches
 					 * (a commit per 10 ms, not per 2:
@@ -1217,7 +1218,7 @@ to_router(preq *q)
 	r.target_len = ulen;
 	r.hdrs = q->hblk;
 	r.hdrs_len = q->hblen;
-	r.body = q->gw.body;
+	r.body = q->gw.send;
 	r.body_len = q->gw.blen;
 	ms_to_tv((double)p->conf->upstream_timeout_ms, &tv);
 	evtimer_add(q->timer, &tv);
@@ -1514,6 +1515,24 @@ rewrite_body(gwreq *g, const char *b, size_t n)
 		    &g->routedlen)) == NULL)
 			return -1;
 	}
+	if (g->routed != NULL && g->routedlen <= vlen && voff <= INPLACE_MAX) {
+		/*
+		 * In place: the routed literal is no longer than the public
+		 * one, so the head (up to the value: "model" comes first in
+		 * most bodies) moves right by the difference and the rest,
+		 * the prompt, is not copied.  The body is the request's own
+		 * (h1s_body: nothing else reads it on the gateway edge, and it
+		 * is not read again before it is sent).
+		 */
+		size_t d = vlen - g->routedlen;
+		char *w = (char *)(uintptr_t)b;
+
+		memmove(w + d, w, voff);
+		memcpy(w + d + voff, g->routed, g->routedlen);
+		g->send = w + d;
+		g->blen = n - d;
+		return 0;
+	}
 	need = n - vlen + g->routedlen + 1;
 	if (need > g->bcap) {
 		char *nb = realloc(g->body, need);
@@ -1529,6 +1548,7 @@ rewrite_body(gwreq *g, const char *b, size_t n)
 	memcpy(g->body + voff + g->routedlen, b + voff + vlen,
 	    n - voff - vlen);
 	g->blen = n - vlen + g->routedlen;
+	g->send = g->body;
 	return 0;
 }
 
@@ -1643,6 +1663,7 @@ gateway_release(preq *q)
 	g->on = g->has_key = g->remembered = false;
 	g->rid[0] = g->hint[0] = g->ucluster[0] = '\0';
 	g->blen = g->rblen = 0;
+	g->send = NULL;
 	g->rw = RW_NONE;
 	g->rw_done = g->rw_midline = g->held = false;
 	g->ulen = -1;

@@ -224,6 +224,9 @@ typedef struct gwreq {
 	otlp_span		 lspan;		/* last_cluster_lookup */
 	char			*body;		/* rewritten request body */
 	size_t			 blen, bcap;
+	const char		*send;		/* what is sent: body, or the
+						 * request's own rewritten in
+						 * place (blen bytes) */
 	char			*pub;		/* public id, JSON literal */
 	size_t			 publen;
 	char			*routed;	/* routed model, JSON literal */
