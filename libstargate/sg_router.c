@@ -199,8 +199,10 @@ resolve(sg_router *rt, const sg_request *req, const sg_algdef **out,
 		    req->routing_method, req->routing_method_invalid, &d,
 		    err)) != 0)
 			return rc;
-		if (d->id < rt->ndefs)
-			memo_put(rt, req, d);
+		if (d->id >= rt->ndefs)
+			return sg_seterr(err, SG_EINVAL, "router: definition "
+			    "%u is not from this configuration", d->id);
+		memo_put(rt, req, d);	/* the memo holds only ids < ndefs */
 	}
 	if (d->require_cache_affinity_key && (req->cache_affinity_key == NULL ||
 	    req->cache_affinity_key[0] == '\0'))
@@ -208,10 +210,6 @@ resolve(sg_router *rt, const sg_request *req, const sg_algdef **out,
 		    "missing_cache_affinity_key",
 		    "x-cache-affinity-key is required by the %s configuration "
 		    "of this model", sg_algorithm_name(d->algorithm));
-	if (d->id >= rt->ndefs)
-		return sg_seterr(err, SG_EINVAL,
-		    "router: definition %u is not from this configuration",
-		    d->id);
 	*out = d;
 	return 0;
 }
@@ -249,16 +247,9 @@ prepare(sg_router *rt, const sg_algdef *d, const sg_snapshot *snap,
 			ne--;
 		}
 	}
-	memset(x, 0, sizeof(*x));
-	x->def = d;
-	x->snap = snap;
-	x->req = req;
-	x->elapsed_ms = elapsed;
-	x->router_seed = rt->seed;
-	x->scratch = s;
-	x->n = n;
-	x->neligible = ne;
-	x->rr_counter = rr;
+	*x = (sgi_ctx){ .def = d, .snap = snap, .req = req,
+	    .elapsed_ms = elapsed, .router_seed = rt->seed, .scratch = s,
+	    .n = n, .neligible = ne, .rr_counter = rr };
 	return 0;
 }
 

@@ -68,6 +68,8 @@
  * Scenarios are a table: adding a row (e.g. another session case) is one
  * line in `scenarios[]`.
  */
+#include <sys/resource.h>
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -376,6 +378,8 @@ struct world {
 	/* the fixed per-call work (floor_fixed) */
 	char		 memo_model[64];
 	const char	*algname;
+	double		 elapsed;	/* the decisions' elapsed time (0) */
+	size_t		 excl_hi;	/* the marked exclusions (none) */
 	sg_decision	 fdec;
 	/* FL_*_HIT: a ranking table keyed like the router's cache */
 	uint64_t	*ftag;		/* XXH3 of the prefix per slot */
@@ -797,17 +801,25 @@ floor_twin(struct world *w, sg_router *rt, const sg_request *r)
 static const sg_decision zero_decision;
 
 /*
- * The router's fixed per-call work, which every algorithm pays: the
- * argument checks, one probe of the resolution memo (a string compare
- * of the model name), the required-key check, the decision zeroed and
- * filled, the wait-deadline check.  Returns pick.
+ * The router's fixed per-call work, which every algorithm pays, check for
+ * check: the arguments and the elapsed time (finite, >= 0), one probe of
+ * the resolution memo (a string compare of the model name), the
+ * required-key check, the algorithm's range, the empty snapshot, the
+ * request's exclusions (none here: the loop bound and the marked array's
+ * high-water mark), the all-excluded and admission checks, the dispatch
+ * on the algorithm, the decision zeroed and filled, the kind and
+ * wait-deadline checks after it.  Returns pick.
  */
 static size_t
 floor_fixed(struct world *w, const sg_request *r, size_t pick)
 {
 	sg_decision *d = &w->fdec;
+	double e = w->elapsed;
+	size_t i;
 
 	if (w->rt == NULL || w->snap == NULL || r == NULL)
+		return 0;
+	if (!(e >= 0) || !isfinite(e))
 		return 0;
 	if (r->routing_method == NULL && !r->routing_method_invalid &&
 	    strcmp(w->memo_model, r->model) != 0)
@@ -815,6 +827,26 @@ floor_fixed(struct world *w, const sg_request *r, size_t pick)
 	if (w->def->require_cache_affinity_key &&
 	    (r->cache_affinity_key == NULL || r->cache_affinity_key[0] == 0))
 		return 0;
+	if (w->def->algorithm < 0 || w->def->algorithm >= SG_ALG_COUNT ||
+	    sgi_snapshot_count(w->snap) == 0)
+		return 0;
+	if (w->excl_hi > 0)
+		w->excl_hi = 0;
+	for (i = 0; i < r->nexcluded; i++)
+		sink++;
+	if (w->n - r->nexcluded == 0 || w->def->has_max_input_work)
+		sink++;
+	switch (w->def->algorithm) {	/* the dispatch */
+	case SG_ALG_ROUND_ROBIN:
+		sink += 3;
+		break;
+	case SG_ALG_RANDOM:
+		sink += 5;
+		break;
+	default:
+		sink++;
+		break;
+	}
 	*d = zero_decision;	/* vector stores, as the router's */
 	d->algorithm = w->algname;
 	d->kind = SG_DECIDE_SELECT;
@@ -822,6 +854,9 @@ floor_fixed(struct world *w, const sg_request *r, size_t pick)
 	d->cluster_id = sg_snapshot_get(w->snap, pick)->id;
 	d->rank_depth = 1;
 	if (r->has_max_wait && (double)r->max_wait_ms < SG_MAX_WAIT_CAP_MS)
+		sink++;
+	if (d->kind == SG_DECIDE_WAIT || d->kind == SG_DECIDE_REJECT ||
+	    d->algorithm == NULL)
 		sink++;
 	return pick;
 }
@@ -1190,6 +1225,59 @@ timer_calibrate(void)
 }
 
 /*
+ * Samples are kept in groups of GROUP batches (or GROUP * BATCH single
+ * calls), and a group during which the thread was switched out
+ * (getrusage(2): voluntary or involuntary context switches) is dropped:
+ * its time includes other processes' work, and on a shared machine those
+ * groups, not the decision, make the p99.  The check costs a system call
+ * per group, outside the timed calls.  nkept/ndropped count the samples.
+ */
+#define GROUP		64
+
+static unsigned long	nkept, ndropped;
+
+static long
+nswitches(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+		return 0;
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+/*
+ * After a group that ends at samples[end] and started at samples[start]:
+ * keep it (return end) or drop it (return start) if a switch happened.
+ */
+static unsigned long
+group_done(long *cs, unsigned long start, unsigned long end)
+{
+	long now = nswitches();
+
+	if (now == *cs) {
+		nkept += end - start;
+		return end;
+	}
+	*cs = now;
+	ndropped += end - start;
+	return start;
+}
+
+/* p50 and p99 of samples[0..n), or of all of them when every group was
+ * dropped (then they include the interference). */
+static void
+percentiles(double *samples, unsigned long n, unsigned long all,
+    double *p50, double *p99)
+{
+	if (n == 0)
+		n = all;
+	qsort(samples, n, sizeof *samples, dbl_cmp);
+	*p50 = samples[n / 2];
+	*p99 = samples[(size_t)((double)(n - 1) * 0.99)];
+}
+
+/*
  * One run: warm-up, then iterations in batches; fills p50/p99 (ns per
  * decision) of the batch means.
  */
@@ -1197,7 +1285,8 @@ static void
 run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
     bool floor, double *samples, double *p50, double *p99)
 {
-	unsigned long nb = o->iterations / BATCH, b, i;
+	unsigned long nb = o->iterations / BATCH, b, i, kept = 0, g = 0;
+	long cs;
 
 	for (i = 0; i < o->warmup; i++, w->k++) {
 		if (floor)
@@ -1205,6 +1294,7 @@ run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
 		else
 			(void)decide_once(w, w->k, NULL);
 	}
+	cs = nswitches();
 	for (b = 0; b < nb; b++) {
 		double t0 = now_ns(), t1;
 
@@ -1215,11 +1305,13 @@ run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
 			for (i = 0; i < BATCH; i++, w->k++)
 				(void)decide_once(w, w->k, NULL);
 		t1 = now_ns();
-		samples[b] = (t1 - t0) / BATCH;
+		samples[kept++] = (t1 - t0) / BATCH;
+		if (++g == GROUP || b + 1 == nb) {
+			kept = group_done(&cs, kept - g, kept);
+			g = 0;
+		}
 	}
-	qsort(samples, nb, sizeof *samples, dbl_cmp);
-	*p50 = samples[nb / 2];
-	*p99 = samples[(size_t)((double)(nb - 1) * 0.99)];
+	percentiles(samples, kept, nb, p50, p99);
 }
 
 /* One run timing every decision on its own, minus the timer's cost. */
@@ -1227,20 +1319,24 @@ static void
 run_calls(struct world *w, const struct opts *o, double *samples,
     double *p50, double *p99)
 {
-	unsigned long n = o->iterations, i;
+	unsigned long n = o->iterations, i, kept = 0, g = 0;
+	long cs;
 
 	for (i = 0; i < o->warmup; i++, w->k++)
 		(void)decide_once(w, w->k, NULL);
+	cs = nswitches();
 	for (i = 0; i < n; i++, w->k++) {
 		double t0 = now_ns(), t1;
 
 		(void)decide_once(w, w->k, NULL);
 		t1 = now_ns();
-		samples[i] = t1 - t0 - timer_ns;
+		samples[kept++] = t1 - t0 - timer_ns;
+		if (++g == GROUP * BATCH || i + 1 == n) {
+			kept = group_done(&cs, kept - g, kept);
+			g = 0;
+		}
 	}
-	qsort(samples, n, sizeof *samples, dbl_cmp);
-	*p50 = samples[n / 2];
-	*p99 = samples[(size_t)((double)(n - 1) * 0.99)];
+	percentiles(samples, kept, n, p50, p99);
 }
 
 static double
@@ -1525,7 +1621,10 @@ bench_decide_main(int argc, char *argv[])
 	    "alone, minus %.1f ns of timer; hit%% = ranking-cache (pulsar) or "
 	    "ring-cache (wait-and-widen) hits "
 	    "(-: no lookups); allocs = heap allocations per decision after "
-	    "warm-up\n", o.runs, BATCH, timer_ns);
+	    "warm-up; %.1f%% of the timed samples were dropped (a context "
+	    "switch in their group of %d)\n", o.runs, BATCH, timer_ns,
+	    nkept + ndropped > 0 ? 100.0 * (double)ndropped /
+	    (double)(nkept + ndropped) : 0.0, GROUP);
 	if (csv != NULL && fclose(csv) != 0) {
 		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
 		return EX_IOERR;
