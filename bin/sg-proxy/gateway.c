@@ -11,7 +11,10 @@
  *      and routed model from the public model id, session source, cache
  *      affinity key, token estimate; 400 with an OpenAI error body;
  *   3. the body's top-level "model" rewritten to the routed model (gwjson.c,
- *      byte for byte otherwise), so an engine sees the name it serves;
+ *      byte for byte otherwise), so an engine sees the name it serves: in
+ *      place when the routed literal is no longer and "model" is near the
+ *      front (the head moves right, a long prompt is never copied), else
+ *      into the request's own buffer;
  *   4. with the last-cluster feature on: for an eligible session (source
  *      prompt_cache_key, conversation_id or header) a store lookup bounded
  *      by the lookup timeout.  LMDB answers at once; a networked backend
