@@ -116,6 +116,24 @@ client_value(const char *what, const char *v, sg_error *err)
 	return 0;
 }
 
+/* v in decimal into buf (NUL-terminated; cap holds any uint64_t): the
+ * request path's numbers without printf. */
+static void
+u64_dec(char *buf, size_t cap, uint64_t v)
+{
+	char t[21];
+	size_t n = 0, i;
+
+	do
+		t[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	if (n >= cap)
+		n = cap - 1;
+	for (i = 0; i < n; i++)
+		buf[i] = t[n - 1 - i];
+	buf[n] = '\0';
+}
+
 int
 sg_gateway_build(sg_gateway_headers *out, const sg_identity *id,
     const sg_gateway_route *rt, sg_error *err)
@@ -140,8 +158,7 @@ sg_gateway_build(sg_gateway_headers *out, const sg_identity *id,
 	    (id->routing_key != NULL &&
 	    (rc = client_value("routing key", id->routing_key, err)) != 0))
 		return rc;
-	snprintf(out->tokens, sizeof(out->tokens), "%llu",
-	    (unsigned long long)id->input_tokens);
+	u64_dec(out->tokens, sizeof(out->tokens), id->input_tokens);
 	add(out, "x-request-id", rt->request_id);
 	add(out, "x-model", id->model);
 	add(out, "x-input-tokens", out->tokens);
@@ -152,8 +169,7 @@ sg_gateway_build(sg_gateway_headers *out, const sg_identity *id,
 	add_optional(out, "x-routing-method", rt->routing_method,
 	    out->method, sizeof(out->method));
 	if (rt->has_priority) {
-		snprintf(out->priority, sizeof(out->priority), "%lu",
-		    (unsigned long)rt->priority);
+		u64_dec(out->priority, sizeof(out->priority), rt->priority);
 		add(out, "x-priority", out->priority);
 	}
 	if (sg_gateway_store_eligible(id))

@@ -748,7 +748,7 @@ gateway_send_start(preq *q, int status, const char *reason)
 	if (g->rw == RW_JSON && g->ulen >= 0 && g->ulen <= RW_JSON_MAX) {
 		g->held = true;
 		g->hstatus = status;
-		snprintf(g->hreason, sizeof(g->hreason), "%s", reason);
+		copy_label(g->hreason, sizeof(g->hreason), reason);
 		return;
 	}
 	/* a rewritten body changes length: chunked */

@@ -154,6 +154,14 @@ test_minimal_headers(void **state)
 	assert_int_equal(sg_gateway_build(&h, &id, &rt, &e), 0);
 	assert_int_equal(h.n, 3);
 	assert_string_equal(hget(&h, "x-input-tokens"), "0");
+	/* the widest values keep every digit */
+	id.input_tokens = UINT64_MAX;
+	rt.has_priority = true;
+	rt.priority = UINT32_MAX;
+	assert_int_equal(sg_gateway_build(&h, &id, &rt, &e), 0);
+	assert_string_equal(hget(&h, "x-input-tokens"),
+	    "18446744073709551615");
+	assert_string_equal(hget(&h, "x-priority"), "4294967295");
 	sg_identity_release(&id);
 }
 
