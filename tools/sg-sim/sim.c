@@ -49,9 +49,9 @@
  * so the per-decision bound can be checked.
  *
  * Candidates: the clusters serving the request's model that are not being
- * drained.  Engine events are found through a tournament tree over the
- * engines' next-event times (ordered by time, then cluster index, as the
- * linear scan it replaces), so a step costs O(log clusters).
+ * drained.  Engine events are found through an 8-ary tournament tree over
+ * the engines' next-event times (ordered by time, then cluster index, as
+ * the linear scan it replaces), so a step costs a few 8-way scans.
  */
 #include <errno.h>
 #include <math.h>
@@ -99,7 +99,11 @@ typedef struct sample {
 	sg_cluster	c;
 } sample;
 
-/* A node of the tournament over the engines' next-event times. */
+/* A node of the tournament over the engines' next-event times: TREE_W
+ * children, at most TREE_MAXLEV levels above the leaves. */
+#define TREE_W		8
+#define TREE_MAXLEV	4
+_Static_assert(SIM_MAX_CLUSTERS <= 8 * 8 * 8 * 8, "TREE_MAXLEV levels");
 typedef struct tnode {
 	double		t;		/* the winner's eng_next_event */
 	uint32_t	i;		/* the winner, NONE for an empty leaf */
@@ -183,7 +187,9 @@ typedef struct sim {
 	cstate		*cs;
 	size_t		 nc;
 	tnode		*tree;		/* tournament over next-event times */
-	size_t		 tleaves;	/* power of two >= nc */
+	size_t		 toff[TREE_MAXLEV + 1];	/* level l at tree + toff[l] */
+	size_t		 tlevels;	/* leaves: level 0, root: tlevels */
+	const tnode	*troot;
 	double		 now;
 	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
@@ -757,40 +763,37 @@ req_free(sim *s, uint32_t i)
 
 /* --- engine event times ---------------------------------------------------- */
 
-/* Does node a's event come before b's (time, then cluster index; an empty
- * leaf, index NONE at +inf, comes last)? */
-static unsigned
-node_before(const tnode *a, const tnode *b)
-{
-	/* Without short circuits: the compiler can use flags, not jumps
-	 * (which engine wins a match is a coin toss). */
-	return (unsigned)(a->t < b->t) | ((unsigned)(a->t == b->t) &
-	    (unsigned)(a->i < b->i));
-}
-
 /*
- * Cluster i's next event time changed: replay its path of the tree.  A
- * node whose winner stays another cluster leaves every node above it as
- * it was (their matches do not involve i), so the replay stops there.
- * Nodes hold the winner's time beside its index: a match reads the two
- * children only.
+ * Cluster i's next event time changed: replay its path of the tree, an
+ * 8-ary tournament (two levels up to 64 clusters).  A node is the first
+ * earliest of its eight children; children are in cluster order and empty
+ * leaves (index NONE, at +inf) come last, so ties go to the lower cluster
+ * index, as in a scan.  A node that comes out unchanged leaves every node
+ * above it as it was, so the replay stops there.
  */
 static void
 tree_fix(sim *s, size_t i)
 {
 	tnode *tr = s->tree;
-	size_t k = s->tleaves + i;
+	size_t p = i, l;
 
-	while (k > 1) {
-		const tnode *w;
-		uint32_t old;
+	for (l = 1; l <= s->tlevels; l++) {
+		const tnode *c = &tr[s->toff[l - 1] + (p & ~(size_t)(TREE_W - 1))];
+		tnode *up;
+		double bt = c[0].t;
+		size_t j, b = 0;
 
-		k /= 2;
-		w = &tr[2 * k + node_before(&tr[2 * k + 1], &tr[2 * k])];
-		old = tr[k].i;
-		tr[k] = *w;
-		if (w->i == old && old != (uint32_t)i)
+		for (j = 1; j < TREE_W; j++) {
+			bool lt = c[j].t < bt;
+
+			b = lt ? j : b;
+			bt = lt ? c[j].t : bt;
+		}
+		p /= TREE_W;
+		up = &tr[s->toff[l] + p];
+		if (up->i == c[b].i && up->t == c[b].t)
 			return;
+		*up = c[b];
 	}
 }
 
@@ -798,7 +801,7 @@ static void
 set_next(sim *s, size_t i)
 {
 	double t = eng_next_event(s->cs[i].e);
-	tnode *leaf = &s->tree[s->tleaves + i];
+	tnode *leaf = &s->tree[i];
 
 	if (t == leaf->t)
 		return;
@@ -1608,13 +1611,18 @@ static int
 setup_alloc(sim *s)
 {
 	const scenario *sc = s->sc;
-	size_t i;
+	size_t i, k, l, w;
 
 	s->nc = sc->nclusters;
-	for (s->tleaves = 1; s->tleaves < s->nc; s->tleaves *= 2)
-		;
+	for (s->tlevels = 1, w = TREE_W; w < s->nc; s->tlevels++)
+		w *= TREE_W;
+	for (k = 0, l = 0; l <= s->tlevels; l++) {
+		s->toff[l] = k;
+		k += w;
+		w /= TREE_W;
+	}
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
-	    (s->tree = malloc(2 * s->tleaves * sizeof(*s->tree))) == NULL ||
+	    (s->tree = malloc(k * sizeof(*s->tree))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
 	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
@@ -1628,7 +1636,8 @@ setup_alloc(sim *s)
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
-	for (i = 0; i < 2 * s->tleaves; i++) {
+	s->troot = &s->tree[s->toff[s->tlevels]];
+	for (i = 0; i < k; i++) {
 		s->tree[i].t = INFINITY;
 		s->tree[i].i = NONE;
 	}
@@ -1672,7 +1681,8 @@ setup(sim *s)
 		smp.c = c->vis;
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
-		s->tree[s->tleaves + i].i = (uint32_t)i;
+		s->tree[i].i = (uint32_t)i;
+		s->tree[i].t = eng_next_event(c->e);
 		tree_fix(s, i);
 		/* The perfect row reads the engines, never the stats. */
 		if (s->row->alg != SIM_ALG_PERFECT)
@@ -1822,8 +1832,8 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	if ((rc = setup(&s)) != 0)
 		goto out;
 	while (s.fail == 0) {
-		uint32_t ie = s.tree[1].i;
-		double te = ie != NONE ? s.tree[1].t : INFINITY, th;
+		uint32_t ie = s.troot->i;
+		double te = ie != NONE ? s.troot->t : INFINITY, th;
 		const hev *h;
 		const sess *pf;
 		bool ring;
