@@ -133,7 +133,7 @@ typedef struct sess {
 	uint64_t	context;	/* last prompt + last answer */
 	uint32_t	turns, turn;	/* turn: the next one, 1-based */
 	uint32_t	ts;		/* trace session, or NONE */
-	uint32_t	id;		/* generated session number; free list */
+	uint32_t	id;		/* generated number; free: next free */
 	int16_t		last;		/* cluster of the previous turn, -1 */
 	uint8_t		cls;		/* traffic class */
 	bool		seen_over;	/* more than SEEN: any may hold it */
@@ -778,7 +778,7 @@ tree_fix(sim *s, size_t i)
 	size_t p = i, l;
 
 	for (l = 1; l <= s->tlevels; l++) {
-		const tnode *c = &tr[s->toff[l - 1] + (p & ~(size_t)(TREE_W - 1))];
+		const tnode *c = &tr[s->toff[l - 1] + p / TREE_W * TREE_W];
 		tnode *up;
 		double bt = c[0].t;
 		size_t j, b = 0;
