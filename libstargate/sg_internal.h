@@ -434,16 +434,19 @@ size_t	sgi_pulsar_rank_start_rot(sgi_ctx *x, sgi_hashbuf *prefix,
 /*
  * A cached ranking copied on demand.  sgi_pulsar_rank_start_lazy() is
  * sgi_pulsar_rank_start_rot() that, on a cache hit, writes only
- * order[0..min(want, nr)) (last's rank comes from the cache's inverse, not
- * a search) and leaves in *lz what sgi_rlazy_fill() needs to write
- * order[0..upto) of the same (rotated) ranking later in the call; when it
- * did not hit, order[] is whole and sgi_rlazy_fill() does nothing.
+ * order[0..min(want, nr)) and leaves in *lz what sgi_rlazy_fill() needs
+ * to write order[0..upto) of the same (rotated) ranking later in the
+ * call; when it did not hit, order[] is whole and sgi_rlazy_fill() does
+ * nothing.  *pos is last's former rank, or SIZE_MAX - 1 when last is
+ * ranked past what was copied (known without a search: a ranking of
+ * every candidate ranks it, a shorter one says so in the cache's inverse).
  */
 typedef struct sgi_rlazy {
 	const uint16_t	*rank;		/* the cached ranking; NULL: none */
 	size_t		 nr;		/* its length */
 	size_t		 done;		/* order[0..done) written */
-	size_t		 lpos;		/* last's former rank, or SIZE_MAX */
+	size_t		 lpos;		/* last's former rank; SIZE_MAX: no
+					   rotation; SIZE_MAX - 1: not met yet */
 	size_t		 last;
 } sgi_rlazy;
 size_t	sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix,

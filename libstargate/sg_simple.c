@@ -505,31 +505,48 @@ rcache(const sgi_ctx *x)
 }
 
 
+#define LPOS_UNKNOWN	(SIZE_MAX - 1)	/* ranked, not met yet */
+
 void
 sgi_rlazy_fill(sgi_rlazy *lz, size_t *order, size_t upto)
 {
 	const uint16_t *r = lz->rank;
-	size_t i = lz->done, p = lz->lpos;
+	size_t i = lz->done, last = lz->last;
 
 	if (r == NULL || upto <= i)
 		return;
 	if (upto > lz->nr)
 		upto = lz->nr;
-	if (p == SIZE_MAX) {
+	if (lz->lpos == SIZE_MAX) {
 		for (; i < upto; i++)
 			order[i] = r[i];
-	} else {
-		/* the rotated ranking: last, r[0..p), r[p + 1..nr) */
-		if (i == 0 && i < upto)
-			order[i++] = lz->last;
-		for (; i < upto && i <= p; i++)
-			order[i] = r[i - 1];
-		for (; i < upto; i++)
-			order[i] = r[i];
+		lz->done = upto;
+		return;
 	}
+	/* the rotated ranking: last, r[0..p), r[p + 1..nr) */
+	if (i == 0)
+		order[i++] = last;
+	for (; i < upto && lz->lpos == LPOS_UNKNOWN; i++) {
+		if (r[i - 1] == last) {
+			lz->lpos = i - 1;
+			break;
+		}
+		order[i] = r[i - 1];
+	}
+	if (lz->lpos == LPOS_UNKNOWN && i == lz->nr)
+		lz->lpos = i - 1;	/* the one left */
+	for (; i < upto && i <= lz->lpos; i++)
+		order[i] = r[i - 1];
+	for (; i < upto; i++)
+		order[i] = r[i];
 	lz->done = upto;
 }
 
+/*
+ * Whether last is ranked: every candidate is when the ranking is n long,
+ * so only a shorter ranking reads the cache's inverse (another cache line
+ * of a large table); last's rank is then found while copying.
+ */
 size_t
 sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
     bool *full, long last, size_t *pos, size_t want, sgi_rlazy *lz)
@@ -547,12 +564,17 @@ sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
 		lz->nr = nr;
 		lz->done = 0;
 		lz->lpos = SIZE_MAX;
-		if (last >= 0 && nr > 0 && (size_t)last < x->n &&
-		    (p = sgi_rcache_pos(x->scratch->rcache, r)[last]) != 0) {
-			lz->lpos = *pos = p - 1;
-			lz->last = (size_t)last;
+		lz->last = (size_t)last;
+		if (last >= 0 && nr > 0 && (size_t)last < x->n) {
+			if (nr == x->n)
+				lz->lpos = r[0] == (size_t)last ? 0 :
+				    LPOS_UNKNOWN;
+			else if ((p = sgi_rcache_pos(x->scratch->rcache,
+			    r)[last]) != 0)
+				lz->lpos = p - 1;
 		}
 		sgi_rlazy_fill(lz, order, want);
+		*pos = lz->lpos;	/* LPOS_UNKNOWN: past what was copied */
 		*full = true;
 		return nr;
 	}

@@ -75,7 +75,7 @@ static inline sg_snapshot *
 fx_snapshot(size_t n)
 {
 	sg_snapshot *s = sg_snapshot_new();
-	char id[16];
+	char id[32];
 	size_t i;
 
 	assert_non_null(s);

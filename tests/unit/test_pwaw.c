@@ -392,6 +392,63 @@ test_rotated_cached_ranking_stays_in_bounds(void **state)
 	sg_lbconf_free(conf);
 }
 
+/*
+ * Session rules cost at most 5% (issue 13): a cached ranking is copied
+ * only as far as a phase reads it, rotated for a returning session
+ * without searching for the last cluster first.  Property: with most
+ * clusters full (so the open-set phase reads past the first k ranks) and
+ * a hint naming each cluster in turn, on hits of the cache, the decision
+ * (kind, cluster, depth, phase), promotion and selection equal the
+ * reference path's.
+ */
+static void
+test_lazy_rotated_ranking_open_set_like_reference(void **state)
+{
+	const char *text = "{\"models\":{\"m\":{\"algorithm\":"
+	    "\"pulsar-wait-and-widen\",\"cache_affinity_backend_selection_count\":2,"
+	    "\"last_cluster_affinity\":true}}}";
+	static const size_t ns[] = { 2, 3, 8, 41 };
+	sg_lbconf *conf = fx_conf(text);
+	size_t in, h, k, i;
+
+	(void)state;
+	for (in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+		size_t n = ns[in];
+		sg_snapshot *s = fx_snapshot(n);
+
+		for (i = 0; i < n; i++)
+			if (i % 4 != 3)
+				fx_full(s, i);
+		for (h = 0; h < n; h++) {
+			sg_router *rt = fx_router(conf, 42);
+			sg_router *ref = fx_router(conf, 42);
+
+			sgi_router_scratch(ref)->reference = true;
+			for (k = 0; k < 5; k++) {	/* miss, store, hits */
+				sg_request a, b;
+				sg_decision da, db;
+
+				fx_req(&a, "r", "key", 10);
+				a.last_cluster_id = sg_snapshot_get(s, h)->id;
+				a.last_cluster_id_len = strlen(a.last_cluster_id);
+				b = a;
+				da = fx_decide(rt, s, &a, 0);
+				db = fx_decide(ref, s, &b, 0);
+				assert_int_equal(da.kind, db.kind);
+				assert_int_equal(da.index, db.index);
+				assert_int_equal(da.rank_depth, db.rank_depth);
+				assert_int_equal(da.phase, db.phase);
+				assert_int_equal(da.promoted, db.promoted);
+				assert_int_equal(da.primary, db.primary);
+			}
+			sg_router_free(rt);
+			sg_router_free(ref);
+		}
+		sg_snapshot_free(s);
+	}
+	sg_lbconf_free(conf);
+}
+
 int
 main(void)
 {
@@ -416,6 +473,8 @@ main(void)
 		cmocka_unit_test(test_open_set_uses_fallback_max_queued),
 		cmocka_unit_test(test_queue_ties_break_on_utilisation),
 		cmocka_unit_test(test_rotated_cached_ranking_stays_in_bounds),
+		cmocka_unit_test(
+		    test_lazy_rotated_ranking_open_set_like_reference),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
