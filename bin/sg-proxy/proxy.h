@@ -351,6 +351,7 @@ typedef struct gwwrite {
 	char		 model[128];
 	char		 rk[128];
 	struct gwwrite	*next;
+	struct gwwrite	*hnext, **hprev;	/* p->wh chain (pending) */
 } gwwrite;
 
 /* --- the worker ------------------------------------------------------------------- */
@@ -377,6 +378,7 @@ struct proxy {
 	size_t			 nwb;
 	struct event		*wb_timer;	/* hands the batch over */
 	gwwrite			*wfree;
+	gwwrite			**wh;		/* pending writes by key */
 	size_t			 wpending;
 	h1_upstream		*router_up;	/* --router-url */
 	gwpoll			*rpoll;		/* its /readyz, /v1/models */
