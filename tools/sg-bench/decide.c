@@ -89,6 +89,7 @@
 #define MAX_NCAND	16
 #define MODEL		"bench-model"
 #define TOKENS		2000
+#define TOKENS_STR	"2000"
 
 /* --- allocation counter ------------------------------------------------------ */
 
@@ -516,24 +517,33 @@ world_init(struct world *w, const struct scenario *sc, size_t n, size_t nkeys)
 	for (j = 0; j < nreq; j++) {
 		sg_request *r = &w->req[j];
 
+		sg_header h[6];
+		size_t nh = 0;
+
 		snprintf(w->rids[j], sizeof w->rids[j], "req-%zu", j);
-		sg_request_init(r);
-		r->request_id = w->rids[j];
-		r->model = MODEL;
-		r->routing_key = "tenant-a";
-		r->cache_affinity_key = w->keys[j];
-		r->input_tokens = TOKENS;
 		/*
-		 * The hint is the request's own string, as a parsed request
-		 * holds it (sg_request_from_headers), not the snapshot's copy
-		 * of the id: reading that would read a cold candidate record.
+		 * Each request is parsed from its headers, so its strings
+		 * (the hint among them, with its length) live together in
+		 * the request's own storage, as a proxy's parsed request
+		 * holds them, not in scattered arrays; and the hint is the
+		 * request's copy, not the snapshot's (reading that would read
+		 * a cold candidate record).
 		 */
+		h[nh++] = (sg_header){ "x-request-id", w->rids[j] };
+		h[nh++] = (sg_header){ "x-model", MODEL };
+		h[nh++] = (sg_header){ "x-input-tokens", TOKENS_STR };
+		h[nh++] = (sg_header){ "x-routing-key", "tenant-a" };
+		h[nh++] = (sg_header){ "x-cache-affinity-key", w->keys[j] };
 		if (sc->hint == HINT_OTHER) {
 			snprintf(w->hints[j], sizeof w->hints[j], "%s",
 			    sg_snapshot_get(w->snap, (j * 31 + 1) % n)->id);
-			r->last_cluster_id = w->hints[j];
-			/* measured once, as the parsers do */
-			r->last_cluster_id_len = strlen(w->hints[j]);
+			h[nh++] = (sg_header){ "x-stargate-last-cluster-id",
+			    w->hints[j] };
+		}
+		sg_request_init(r);
+		if (sg_request_from_header_list(r, h, nh, &err) != 0) {
+			fprintf(stderr, "sg-bench: request: %s\n", err.text);
+			return -1;
 		}
 		w->req1[j] = *r;
 		if (sc->tenants) {
