@@ -1534,6 +1534,18 @@ endpoint_id(const char *label)
 	return SG_ENDPOINT_EMBEDDINGS;
 }
 
+/* The model literals: freed unless in the request's own buffers. */
+static void
+lit_free(gwreq *g)
+{
+	if (g->pub != g->pubin)
+		free(g->pub);
+	if (g->routed != g->routedin)
+		free(g->routed);
+	g->pub = g->routed = NULL;
+	g->publen = g->routedlen = 0;
+}
+
 /*
  * The rewritten body: the top-level "model" value (the public id, kept
  * as the client wrote it for the response rewrite) replaced by the routed
@@ -1542,24 +1554,27 @@ endpoint_id(const char *label)
 static int
 rewrite_body(gwreq *g, const char *b, size_t n)
 {
-	size_t voff = 0, vlen = 0, need;
+	size_t voff = 0, vlen = 0, need, ml;
 
-	free(g->pub);
-	free(g->routed);
-	g->pub = g->routed = NULL;
+	lit_free(g);
 	if (gj_find_model(b, n, &voff, &vlen) != GJ_FOUND || vlen < 2 ||
 	    b[voff] != '"') {
 		/* cannot happen for a body whose model parsed */
 		voff = vlen = 0;
 	} else {
-		if ((g->pub = malloc(vlen + 1)) == NULL)
+		/* the literals live in the request unless too long */
+		g->pub = vlen < GW_LIT_IN ? g->pubin : malloc(vlen + 1);
+		if (g->pub == NULL)
 			return -1;
 		memcpy(g->pub, b + voff, vlen);
 		g->pub[vlen] = '\0';
 		g->publen = vlen;
-		if ((g->routed = gj_quote(g->id.model, strlen(g->id.model),
-		    &g->routedlen)) == NULL)
+		ml = strlen(g->id.model);
+		g->routed = GJ_QUOTE_MAX(ml) <= GW_LIT_IN ? g->routedin :
+		    malloc(GJ_QUOTE_MAX(ml));
+		if (g->routed == NULL)
 			return -1;
+		g->routedlen = gj_quote_to(g->routed, g->id.model, ml);
 	}
 	if (g->routed != NULL && g->routedlen <= vlen && voff <= INPLACE_MAX) {
 		/*
@@ -1700,10 +1715,7 @@ gateway_release(preq *q)
 	gateway_cancel(q);
 	otlp_span_end(&g->lspan);
 	sg_identity_release(&g->id);
-	free(g->pub);
-	free(g->routed);
-	g->pub = g->routed = NULL;
-	g->publen = g->routedlen = 0;
+	lit_free(g);
 	memset(&g->rt, 0, sizeof(g->rt));
 	g->gh.n = 0;
 	g->on = g->has_key = g->remembered = false;

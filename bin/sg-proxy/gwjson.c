@@ -152,16 +152,15 @@ gj_find_model(const char *s, size_t n, size_t *voff, size_t *vlen)
 	}
 }
 
-char *
-gj_quote(const char *s, size_t n, size_t *outlen)
+/* s[0..n) as a JSON string literal into o (room for GJ_QUOTE_MAX(n)
+ * bytes, NUL included); its length. */
+size_t
+gj_quote_to(char *o, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	char *o = malloc(n * 6 + 3), *w;
+	char *w = o;
 	size_t i;
 
-	if (o == NULL)
-		return NULL;
-	w = o;
 	*w++ = '"';
 	for (i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -179,6 +178,16 @@ gj_quote(const char *s, size_t n, size_t *outlen)
 	}
 	*w++ = '"';
 	*w = '\0';
-	*outlen = (size_t)(w - o);
+	return (size_t)(w - o);
+}
+
+char *
+gj_quote(const char *s, size_t n, size_t *outlen)
+{
+	char *o = malloc(GJ_QUOTE_MAX(n));
+
+	if (o == NULL)
+		return NULL;
+	*outlen = gj_quote_to(o, s, n);
 	return o;
 }

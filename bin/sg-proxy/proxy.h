@@ -209,6 +209,8 @@ enum rw_mode {
 };
 
 /* The gateway stage of one request (q->gw). */
+#define GW_LIT_IN	96	/* model literals kept in the request */
+
 typedef struct gwreq {
 	bool			 on;		/* passed the gateway stage */
 	sg_identity		 id;
@@ -231,6 +233,8 @@ typedef struct gwreq {
 	size_t			 publen;
 	char			*routed;	/* routed model, JSON literal */
 	size_t			 routedlen;
+	char			 pubin[GW_LIT_IN];	/* pub when it fits */
+	char			 routedin[GW_LIT_IN];	/* routed ... */
 	int			 rw;		/* enum rw_mode */
 	bool			 rw_done;	/* JSON: decided */
 	bool			 rw_midline;	/* SSE: passing a long line */
@@ -593,6 +597,8 @@ int	gj_find_model(const char *s, size_t n, size_t *voff, size_t *vlen);
 /* s[0..n) as a JSON string literal (quotes included), malloc'd; NULL:
  * out of memory. */
 char	*gj_quote(const char *s, size_t n, size_t *outlen);
+#define GJ_QUOTE_MAX(n)	((n) * 6 + 3)
+size_t	 gj_quote_to(char *o, const char *s, size_t n);
 
 /* --- stats.c --------------------------------------------------------------------------------- */
 
