@@ -38,7 +38,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include <sodium.h>
+#include "sg_sha256.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -250,20 +250,17 @@ int
 sg_identity_affinity_key(char *out, size_t outsz, const char *src,
     const void *data, size_t len)
 {
-	unsigned char digest[crypto_hash_sha256_BYTES];
 	size_t plen = sizeof(SG_AFFINITY_PREFIX) - 1, slen;
 
 	if (out == NULL || src == NULL || (data == NULL && len > 0))
 		return SG_EINVAL;
 	slen = strlen(src);
-	if (outsz < plen + slen + 1 + 2 * sizeof(digest) + 1)
+	if (outsz < plen + slen + 1 + SG_SHA256_HEX_LEN + 1)
 		return SG_ERANGE;
-	/* crypto_hash_sha256 needs no sodium_init(): no RNG involved. */
-	crypto_hash_sha256(digest, data != NULL ? data : (const void *)"", len);
 	memcpy(out, SG_AFFINITY_PREFIX, plen);
 	memcpy(out + plen, src, slen);
 	out[plen + slen] = ':';
-	sg_hex(out + plen + slen + 1, digest, sizeof(digest));
+	sg_sha256_hex(out + plen + slen + 1, data, len);
 	return 0;
 }
 

@@ -27,11 +27,11 @@
 
 #include <event2/event.h>
 #include <jansson.h>
-#include <sodium.h>
 #include <xxhash.h>
 
 #include "../common/cli.h"
 #include "dlog.h"
+#include "sg_sha256.h"
 
 #define DEF_BUFFER	(4u << 20)
 #define FLUSH_AT	(64u << 10)
@@ -58,12 +58,8 @@ void
 dlog_affinity_key(const char *raw, size_t n,
     char out[DLOG_AFFINITY_KEY_LEN + 1])
 {
-	unsigned char h[crypto_hash_sha256_BYTES];
-
-	(void)crypto_hash_sha256(h, (const unsigned char *)raw, n);
 	memcpy(out, KEY_PREFIX, 2);
-	sg_hex(out + 2, h, sizeof(h));
-	out[DLOG_AFFINITY_KEY_LEN] = '\0';
+	sg_sha256_hex(out + 2, raw, n);	/* and the NUL */
 }
 
 bool
