@@ -21,7 +21,13 @@
  *     evicted at write time.
  *   - Writes are queued and committed by a store thread in groups (group
  *     commit): sg_store_put() never waits for the disk, only for a mutex, so
- *     it may be called from an event loop.  sg_store_flush() waits.
+ *     it may be called from an event loop.  sg_store_flush() waits.  With
+ *     opts.commit_delay_us a write waits in the queue up to that long for
+ *     others to share its transaction.
+ *   - Visibility: a write is seen by lookups (in every process) once it is
+ *     committed: after sg_store_flush(), or by itself a moment later, within
+ *     commit_delay_us plus the transactions queued before it.  Last write
+ *     wins: writes commit in the order they were queued.
  *   - Lookups are cheap (an LMDB read transaction, about a microsecond).
  *     sg_store_lookup() is synchronous and may wait, briefly, while the
  *     store thread resizes or reopens the map: it is for tools.  An event
@@ -92,6 +98,7 @@ typedef struct sg_store sg_store;
 #define SG_STORE_DEFAULT_MAX_READERS	126
 #define SG_STORE_DEFAULT_BATCH		4096	/* operations per transaction */
 #define SG_STORE_DEFAULT_QUEUE		65536	/* queued operations */
+#define SG_STORE_DEFAULT_COMMIT_DELAY_US 0	/* commit at once */
 #define SG_STORE_DEFAULT_PATH		"/var/lib/stargate/lastcluster"
 
 /* Wall clock in milliseconds since the Unix epoch (injectable for tests). */
@@ -131,6 +138,18 @@ typedef struct sg_store_opts {
 	sg_store_commit_fn *on_commit;	/* NULL: none; runs on the store thread */
 	void		*commit_arg;
 	bool		 events;	/* keep commit records for sg_store_drain() */
+	/*
+	 * Commit coalescing window, microseconds (LMDB; Redis ignores it).
+	 * 0, the default: the store thread takes a write as soon as it is
+	 * queued (a commit per wake-up, however few the writes).  > 0: woken
+	 * by a write to an empty queue, the store thread waits until that
+	 * write has waited commit_delay_us (or batch_max operations are
+	 * queued) and commits everything queued in one transaction, so a
+	 * steady trickle of writes costs one wake-up and one transaction per
+	 * window instead of one per write.  sg_store_flush(),
+	 * sg_store_compact() and sg_store_close() never wait for the window.
+	 */
+	uint32_t	 commit_delay_us;
 	/*
 	 * A struct event_base * (libevent) or NULL.  NULL: LMDB as ever; a
 	 * networked backend (Redis) then uses blocking calls with timeouts,
@@ -366,6 +385,7 @@ typedef struct sg_store_stats {
 	uint64_t	 commits;	/* write transactions */
 	uint64_t	 map_grows;	/* map size increases */
 	uint64_t	 reopens;	/* environment reopened after a compaction */
+	uint64_t	 wakeups;	/* store thread woken to take writes */
 	/* Redis (LMDB: zero): INFO memory of the primary (Cluster: summed
 	 * over the primaries), and the nodes reached. */
 	uint64_t	 mem_used;	/* used_memory, bytes */

@@ -17,8 +17,15 @@
  * applies it in write transactions of at most batch_max operations (group
  * commit: the more writes wait, the fewer pages and fsyncs per write).  A
  * batch that would commit short of batch_max is first topped up with what
- * was queued meanwhile, so it is cut short only when nothing waits, and
- * never made to wait.  A put is one descent: MDB_NOOVERWRITE inserts a new
+ * was queued meanwhile, so it is cut short only when nothing waits.  By
+ * default a batch is never made to wait; with commit_delay_us (the commit
+ * window) a write to an empty queue wakes the store thread, which then
+ * sleeps until that write has waited the window (or a batch is full, or a
+ * flush, compaction, maintenance or close calls) and commits everything
+ * queued in one transaction: under a steady trickle of writes the thread
+ * wakes by its own timer once per window, and a put costs no system call
+ * (only the write that finds the thread idle signals it).  A put is one
+ * descent: MDB_NOOVERWRITE inserts a new
  * key or leaves the cursor on the old entry, overwritten in place.
  * The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a committed
  * transaction is in the page cache, so a killed process loses nothing it
@@ -231,6 +238,10 @@ struct lstore {
 	sg_error	 flush_err;
 	struct job	*job;
 	bool		 stop, idle;
+	bool		 lingering;	/* in the commit window (commit_delay_us) */
+	unsigned	 flushing;	/* sg_store_flush() callers waiting */
+	uint64_t	 q_first_ns;	/* when the queue last became non-empty */
+	uint64_t	 wakeups;	/* times the queue was taken */
 	pthread_t	 thr;
 	bool		 thr_started;
 	pthread_mutex_t	 job_mu;	/* one compaction at a time */
@@ -287,6 +298,26 @@ mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t
+mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * s->mu held: wake the store thread for urgent work (a flush, a
+ * compaction, maintenance) if it sleeps, idle or in the commit window.
+ */
+static void
+wake_locked(struct lstore *s)
+{
+	if (s->idle || s->lingering)
+		pthread_cond_signal(&s->work_cv);
 }
 
 static void
@@ -1158,8 +1189,7 @@ maint_request(struct lstore *s, unsigned bits)
 {
 	atomic_fetch_or(&s->maint, bits);
 	pthread_mutex_lock(&s->mu);
-	if (s->idle)
-		pthread_cond_signal(&s->work_cv);
+	wake_locked(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -1809,6 +1839,39 @@ periodic(struct lstore *s, bool force_sync)
 	}
 }
 
+/* CLOCK_MONOTONIC nanoseconds to an absolute timespec. */
+static void
+ns_to_ts(uint64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000ULL);
+	ts->tv_nsec = (long)(ns % 1000000000ULL);
+}
+
+/*
+ * s->mu held, writes queued: the commit window.  Sleep until the oldest
+ * queued write has waited commit_delay_us, so that the writes that come
+ * meanwhile share its transaction; a full batch, a flush, a compaction,
+ * maintenance or close ends the window at once.
+ */
+static void
+linger(struct lstore *s)
+{
+	uint64_t end;
+	struct timespec ts;
+
+	end = s->q_first_ns + (uint64_t)s->o.commit_delay_us * 1000;
+	while (s->qlen != s->qhead && !s->stop && s->job == NULL &&
+	    s->flushing == 0 && atomic_load(&s->maint) == 0 &&
+	    s->qlen - s->qhead < s->o.batch_max) {
+		if (mono_ns() >= end)
+			break;
+		ns_to_ts(end, &ts);
+		s->lingering = true;
+		(void)pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+		s->lingering = false;
+	}
+}
+
 static void *
 store_main(void *arg)
 {
@@ -1850,7 +1913,11 @@ store_main(void *arg)
 		}
 		if (s->stop && s->qlen == s->qhead && s->job == NULL)
 			break;
+		if (s->o.commit_delay_us > 0)
+			linger(s);
 		n = s->qlen - s->qhead;
+		if (n > 0)
+			s->wakeups++;
 		off = s->qhead;
 		tmp = s->q;
 		cap = s->qcap;
@@ -1924,13 +1991,25 @@ enqueue(struct lstore *s, const struct op *op, bool trylock, uint64_t *seq,
 		s->q = nq;
 		s->qcap = ncap;
 	}
+	if (s->qlen == s->qhead && s->o.commit_delay_us > 0)
+		s->q_first_ns = mono_ns();	/* the window starts */
 	memcpy(&s->q[s->qlen], op, offsetof(struct op, id) + op->id_len);
 	s->qlen++;
 	s->enq++;
 	if (seq != NULL)
 		*seq = s->enq;
-	if (s->idle)
+	/*
+	 * One signal per sleep: the first write wakes an idle store thread
+	 * (later ones find idle cleared and cost no system call); in the
+	 * commit window only a full batch cuts the wait short.
+	 */
+	if (s->idle) {
+		s->idle = false;
 		pthread_cond_signal(&s->work_cv);
+	} else if (s->lingering && s->qlen - s->qhead >= s->o.batch_max) {
+		s->lingering = false;
+		pthread_cond_signal(&s->work_cv);
+	}
 out:
 	pthread_mutex_unlock(&s->mu);
 	return rc;
@@ -2317,8 +2396,7 @@ maint_request_try(struct lstore *s, unsigned bits)
 {
 	atomic_fetch_or(&s->maint, bits);
 	if (pthread_mutex_trylock(&s->mu) == 0) {
-		if (s->idle)
-			pthread_cond_signal(&s->work_cv);
+		wake_locked(s);
 		pthread_mutex_unlock(&s->mu);
 	}
 }
@@ -2411,10 +2489,11 @@ lm_flush(void *be, sg_error *err)
 
 	pthread_mutex_lock(&s->mu);
 	target = s->enq;
-	if (s->idle)
-		pthread_cond_signal(&s->work_cv);
+	s->flushing++;		/* no commit window while anyone flushes */
+	wake_locked(s);
 	while (s->done < target)
 		pthread_cond_wait(&s->done_cv, &s->mu);
+	s->flushing--;
 	rc = s->flush_rc;
 	if (rc != 0 && err != NULL)
 		*err = s->flush_err;
@@ -2548,6 +2627,7 @@ out:
 	st->committed = s->committed;
 	st->failed = s->failed;
 	st->commits = s->commits;
+	st->wakeups = s->wakeups;
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
@@ -2563,8 +2643,7 @@ lm_compact(void *be, sg_store_compact_result *r, sg_error *err)
 	pthread_mutex_lock(&s->job_mu);
 	pthread_mutex_lock(&s->mu);
 	s->job = &job;
-	if (s->idle)
-		pthread_cond_signal(&s->work_cv);
+	wake_locked(s);
 	while (!job.done)
 		pthread_cond_wait(&s->done_cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
