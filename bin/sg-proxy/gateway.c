@@ -87,6 +87,7 @@
 					 * (a commit per 10 ms, not per 2:
 					 * a third less store CPU a write) */
 #define WB_MAX		128		/* ... of at most this many */
+#define GW_COMMIT_DELAY_US 1000		/* the store's commit window */
 #define WH_SIZE		1024		/* pending writes' hash buckets */
 
 /* --- errors the gateway answers itself ------------------------------------ */
@@ -666,6 +667,8 @@ gateway_worker_init(proxy *p)
 	o.create = true;
 	o.events = true;
 	o.event_base = p->base;
+	/* One store transaction (and wake-up) per hand-over, not several. */
+	o.commit_delay_us = GW_COMMIT_DELAY_US;
 	memset(&err, 0, sizeof(err));
 	if ((rc = sg_store_open(&p->store, &o, &err)) != 0) {
 		/* fail open: every eligible lookup counts as an error */
