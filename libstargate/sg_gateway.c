@@ -16,18 +16,42 @@
 
 #include "sg_gateway.h"
 
+/* Bytes of one 8-byte word, one bit each where the byte may be a control
+ * byte, DEL or non-ASCII (no false negatives; a hit is looked at again
+ * byte by byte). */
+#define ONES	0x0101010101010101ull
+#define HIGHS	0x8080808080808080ull
+static inline uint64_t
+word_suspect(uint64_t w)
+{
+	uint64_t d = w ^ (0x7f * ONES);
+
+	return (w | ((w - 0x20 * ONES) & ~w) | ((d - ONES) & ~d)) & HIGHS;
+}
+
 bool
 sg_header_value_decodable(const char *s, size_t len)
 {
-	size_t i;
+	size_t i = 0;
+	bool high = false;
 
-	for (i = 0; i < len; i++) {
+	/* Plain ASCII words first: most values are tokens and ids. */
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, s + i, 8);
+		if (word_suspect(w) != 0)
+			break;
+	}
+	for (; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
 
 		if ((c < 0x20 && c != '\t') || c == 0x7f)
 			return false;
+		if (c >= 0x80)
+			high = true;
 	}
-	return sg_utf8_valid(s, len);
+	return !high || sg_utf8_valid(s, len);
 }
 
 bool
@@ -186,28 +210,42 @@ sg_gateway_request(sg_request *r, const sg_gateway_headers *h, sg_error *err)
 	return sg_request_from_header_list(r, h->h, h->n, err);
 }
 
+#define LIT(s)	s, sizeof(s) - 1
 static bool
-has_prefix(const char *s, const char *p)
+has_prefix(const char *s, const char *p, size_t plen)
 {
-	return strncasecmp(s, p, strlen(p)) == 0;
+	return strncasecmp(s, p, plen) == 0;
+}
+
+/* Every name below starts "x-": anything else is decided by two bytes. */
+static bool
+x_dash(const char *name)
+{
+	return (name[0] == 'x' || name[0] == 'X') && name[1] == '-';
 }
 
 bool
 sg_gateway_inbound_owned(const char *name)
 {
-	static const char *const owned[] = {
-		"x-model", "x-routing-key", "x-routing-method", "x-priority",
-		"x-input-tokens", "x-token-estimate", "x-cache-affinity-key",
-		"x-elapsed-ms",
+	static const struct {
+		const char	*s;
+		size_t		 n;
+	} owned[] = {
+		{ LIT("x-model") }, { LIT("x-routing-key") },
+		{ LIT("x-routing-method") }, { LIT("x-priority") },
+		{ LIT("x-input-tokens") }, { LIT("x-token-estimate") },
+		{ LIT("x-cache-affinity-key") }, { LIT("x-elapsed-ms") },
 	};
-	size_t i;
+	size_t i, len;
 
-	if (name == NULL)
+	if (name == NULL || !x_dash(name))
 		return false;
-	if (has_prefix(name, "x-stargate-"))
+	if (has_prefix(name, LIT("x-stargate-")))
 		return true;
+	len = strlen(name);
 	for (i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
-		if (strcasecmp(name, owned[i]) == 0)
+		if (owned[i].n == len && strncasecmp(name + 2, owned[i].s + 2,
+		    len - 2) == 0)
 			return true;
 	return false;
 }
@@ -215,6 +253,7 @@ sg_gateway_inbound_owned(const char *name)
 bool
 sg_gateway_response_stripped(const char *name)
 {
-	return name != NULL && (has_prefix(name, "x-stargate-") ||
-	    has_prefix(name, "x-inference-server-"));
+	return name != NULL && x_dash(name) &&
+	    (has_prefix(name, LIT("x-stargate-")) ||
+	    has_prefix(name, LIT("x-inference-server-")));
 }

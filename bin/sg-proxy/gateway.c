@@ -962,15 +962,22 @@ gateway_emit(preq *q, const char *ptr, size_t len, bool flush)
 static bool
 hop_by_hop(const char *name, size_t len)
 {
-	static const char *const l[] = {
-		"connection", "proxy-connection", "keep-alive",
-		"transfer-encoding", "te", "trailer", "upgrade", "host",
-		"content-length", "expect", "traceparent", NULL,
+#define HBH(s)	{ s, sizeof(s) - 1 }
+	static const struct {
+		const char	*s;
+		size_t		 n;
+	} l[] = {
+		HBH("connection"), HBH("proxy-connection"), HBH("keep-alive"),
+		HBH("transfer-encoding"), HBH("te"), HBH("trailer"),
+		HBH("upgrade"), HBH("host"), HBH("content-length"),
+		HBH("expect"), HBH("traceparent"),
 	};
+#undef HBH
 	size_t i;
 
-	for (i = 0; l[i] != NULL; i++)
-		if (strlen(l[i]) == len && strncasecmp(l[i], name, len) == 0)
+	/* a length test per entry; most names match no length */
+	for (i = 0; i < sizeof(l) / sizeof(l[0]); i++)
+		if (l[i].n == len && strncasecmp(l[i].s, name, len) == 0)
 			return true;
 	return false;
 }

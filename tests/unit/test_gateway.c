@@ -314,6 +314,78 @@ test_owned_and_stripped_headers(void **state)
 	assert_false(sg_gateway_response_stripped("retry-after"));
 }
 
+/* The rule as first written: a byte loop, then UTF-8 (the reference). */
+static bool
+decodable_ref(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
+			return false;
+	}
+	return sg_utf8_valid(s, len);
+}
+
+/*
+ * sg_header_value_decodable (word at a time) answers as the byte loop for
+ * every length 0..40 with each kind of byte at every position: controls,
+ * HTAB, DEL, 0x20, 0x7e, UTF-8 lead and continuation bytes, bad UTF-8.
+ */
+static void
+test_decodable_matches_byte_rule(void **state)
+{
+	static const unsigned char odd[] = {
+		0x00, 0x01, 0x09, 0x0a, 0x1f, 0x20, 0x21, 0x7e, 0x7f, 0x80,
+		0xbf, 0xc3, 0xe2, 0xf0, 0xff,
+	};
+	char buf[48];
+	size_t len, at, k, m;
+
+	(void)state;
+	for (len = 0; len <= 40; len++)
+		for (at = 0; at < (len > 0 ? len : 1); at++)
+			for (k = 0; k < sizeof(odd); k++) {
+				for (m = 0; m < len; m++)
+					buf[m] = (char)('a' + m % 26);
+				if (len > 0)
+					buf[at] = (char)odd[k];
+				assert_int_equal(sg_header_value_decodable(buf,
+				    len), decodable_ref(buf, len));
+			}
+	/* two-byte characters across an 8-byte boundary */
+	memcpy(buf, "abcdefg\xc3\xa9hij", 12);
+	assert_true(sg_header_value_decodable(buf, 12));
+	assert_false(sg_header_value_decodable(buf, 8));
+	memcpy(buf, "abcdefghijklmno\x7f", 16);
+	assert_false(sg_header_value_decodable(buf, 16));
+	assert_true(sg_header_value_decodable(buf, 15));
+}
+
+/* Owned names are matched whole and in any case, never by prefix. */
+static void
+test_owned_names_whole_and_any_case(void **state)
+{
+	(void)state;
+	assert_true(sg_gateway_inbound_owned("X-MODEL"));
+	assert_true(sg_gateway_inbound_owned("X-Token-Estimate"));
+	assert_true(sg_gateway_inbound_owned("x-elapsed-ms"));
+	assert_true(sg_gateway_inbound_owned("X-STARGATE-anything"));
+	assert_false(sg_gateway_inbound_owned("x-models"));
+	assert_false(sg_gateway_inbound_owned("x-mode"));
+	assert_false(sg_gateway_inbound_owned("y-model"));
+	assert_false(sg_gateway_inbound_owned("x_model"));
+	assert_false(sg_gateway_inbound_owned("x"));
+	assert_false(sg_gateway_inbound_owned(""));
+	assert_false(sg_gateway_inbound_owned("x-stargate"));
+	assert_true(sg_gateway_response_stripped("X-STARGATE-"));
+	assert_false(sg_gateway_response_stripped("x-inference-server"));
+	assert_false(sg_gateway_response_stripped(""));
+	assert_false(sg_gateway_response_stripped(NULL));
+}
+
 int
 main(void)
 {
@@ -328,6 +400,8 @@ main(void)
 		cmocka_unit_test(test_client_values_must_fit_a_header),
 		cmocka_unit_test(test_overlong_optional_values_are_not_sent),
 		cmocka_unit_test(test_owned_and_stripped_headers),
+		cmocka_unit_test(test_decodable_matches_byte_rule),
+		cmocka_unit_test(test_owned_names_whole_and_any_case),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
