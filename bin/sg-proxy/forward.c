@@ -96,8 +96,11 @@ static const struct hname response_drop[] = {
 static bool
 in_list(const struct hname *l, const char *name, size_t len)
 {
+	/* the listed names are lower case and start with a letter: the
+	 * first byte, folded, tells most same-length names apart */
 	for (; l->s != NULL; l++)
-		if (l->n == len && strncasecmp(l->s, name, len) == 0)
+		if (l->n == len && ((unsigned char)name[0] | 0x20) ==
+		    (unsigned char)l->s[0] && strncasecmp(l->s, name, len) == 0)
 			return true;
 	return false;
 }

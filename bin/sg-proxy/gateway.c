@@ -476,10 +476,15 @@ static void
 write_result(proxy *p, gwwrite *w, int rc, const char *error)
 {
 	const char *res = rc == 0 ? "ok" : "error";
-	const char *v[] = { res };
+	sg_series **s = &p->m.lc_writes_s[rc == 0 ? 0 : 1];
 
 	wh_del(w);
-	sg_series_inc(sg_metric_series(p->m.lc_writes, v));
+	if (*s == NULL) {
+		const char *v[] = { res };
+
+		*s = sg_metric_series(p->m.lc_writes, v);
+	}
+	sg_series_inc(*s);
 	otlp_span_str(&w->span, "result", res);
 	if (rc != 0) {
 		otlp_span_status(&w->span, OTLP_STATUS_ERROR, error);
@@ -977,7 +982,9 @@ hop_by_hop(const char *name, size_t len)
 
 	/* a length test per entry; most names match no length */
 	for (i = 0; i < sizeof(l) / sizeof(l[0]); i++)
-		if (l[i].n == len && strncasecmp(l[i].s, name, len) == 0)
+		if (l[i].n == len && ((unsigned char)name[0] | 0x20) ==
+		    (unsigned char)l[i].s[0] &&
+		    strncasecmp(l[i].s, name, len) == 0)
 			return true;
 	return false;
 }
@@ -1362,12 +1369,18 @@ static const char *const lookup_results[] = {
 };
 enum { LK_HIT, LK_MISS, LK_ERROR, LK_TIMEOUT, LK_SKIPPED };
 
+/* The series are found once (sg_metrics.h: series are never removed). */
 static void
 count_lookup(proxy *p, int res)
 {
-	const char *v[] = { lookup_results[res] };
+	sg_series **s = &p->m.lc_lookups_s[res];
 
-	sg_series_inc(sg_metric_series(p->m.lc_lookups, v));
+	if (*s == NULL) {
+		const char *v[] = { lookup_results[res] };
+
+		*s = sg_metric_series(p->m.lc_lookups, v);
+	}
+	sg_series_inc(*s);
 }
 
 static void
@@ -1391,7 +1404,9 @@ lookup_done(preq *q, int rc, const char *error)
 	else
 		res = LK_ERROR;
 	count_lookup(p, res);
-	sg_series_observe(sg_metric_series(p->m.lc_dur, NULL), secs);
+	if (p->m.lc_dur_s == NULL)
+		p->m.lc_dur_s = sg_metric_series(p->m.lc_dur, NULL);
+	sg_series_observe(p->m.lc_dur_s, secs);
 	otlp_span_str(&g->lspan, "result", lookup_results[res]);
 	if (res == LK_ERROR || res == LK_TIMEOUT) {
 		double now = mono_ms();

@@ -584,7 +584,7 @@ otlp_span_strn(otlp_span *s, const char *key, const char *val, size_t n)
 void
 otlp_span_str(otlp_span *s, const char *key, const char *val)
 {
-	if (val != NULL)
+	if (val != NULL && s->recording)	/* no strlen for nothing */
 		otlp_span_strn(s, key, val, strlen(val));
 }
 

@@ -335,6 +335,10 @@ typedef struct pmetrics {
 	sg_metric	*lc_writes;
 	sg_metric	*lc_dur;
 	sg_metric	*lc_conn;
+	/* their series by result, found on first use (gateway.c) */
+	sg_series	*lc_lookups_s[5];
+	sg_series	*lc_writes_s[2];
+	sg_series	*lc_dur_s;
 } pmetrics;
 
 /* One API key of --api-keys. */

@@ -9,7 +9,10 @@ its threads: the LMDB store thread's commits count); then the gateway
 stage's cost per round -- CPU per request of all (and of all with the
 store off) over router, as added percent and microseconds, and p50 of all
 minus router -- as median (min-max), against the issue's targets (<= 20 %
-CPU, <= 100 us p50).
+CPU, <= 100 us p50).  With --base-bindir the same three targets of an
+older build (bsgproxy, bsgall, bsgallns) run in the same rounds, and a
+last table gives this build's CPU per request over the base build's and
+the change of the gateway stage's added CPU, round by round.
 """
 import csv
 import statistics
@@ -36,7 +39,8 @@ def med(v):
 
 concs = sorted({c for c, _ in by})
 names = {"sgproxy": "router", "sgall": "all", "sgallns": "all, store off",
-         "sgallredis": "all, Redis store"}
+         "sgallredis": "all, Redis store", "bsgproxy": "base router",
+         "bsgall": "base all", "bsgallns": "base all, store off"}
 targets = [t for t in names if any(t in v for v in by.values())]
 print("# sg-proxy gateway stage: --role all vs --role router\n")
 print("`tools/proxy-bench/run %s`; medians over the rounds (min-max)\n"
@@ -56,13 +60,15 @@ print("\nGateway stage, per round (all over router in the same round):\n")
 print("| conc | variant | added CPU per request, % (target <= 20) | "
       "added CPU per request, us | added p50, us (target <= 100) |")
 print("|---|---|---|---|---|")
+pairs = [("sgall", "sgproxy"), ("sgallns", "sgproxy"),
+         ("bsgall", "bsgproxy"), ("bsgallns", "bsgproxy")]
 for c in concs:
-    for t in ("sgall", "sgallns"):
+    for t, base in pairs:
         pct, dus, dp50 = [], [], []
         for k in by:
-            if k[0] != c or "sgproxy" not in by[k] or t not in by[k]:
+            if k[0] != c or base not in by[k] or t not in by[k]:
                 continue
-            a, b = by[k][t], by[k]["sgproxy"]
+            a, b = by[k][t], by[k][base]
             if cpu_us(b) > 0:
                 pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
             dus.append(cpu_us(a) - cpu_us(b))
@@ -81,3 +87,26 @@ if "sgallredis" in targets:
                "sgall" in by[k] and float(by[k]["sgall"]["rps"]) > 0]
         if rat:
             print("| %d | %s |" % (c, med(rat)))
+if "bsgproxy" in targets:
+    print("\nThis build over the base build (--base-bindir), per round: "
+          "CPU per request, new / base, and the gateway stage's added CPU "
+          "per request (all - router), new - base:\n")
+    print("| conc | role | CPU new/base | added CPU us, new - base |")
+    print("|---|---|---|---|")
+    for c in concs:
+        for t in ("sgproxy", "sgall", "sgallns"):
+            rat, dd = [], []
+            for k in by:
+                v = by[k]
+                if k[0] != c or t not in v or "b" + t not in v:
+                    continue
+                if cpu_us(v["b" + t]) > 0:
+                    rat.append(cpu_us(v[t]) / cpu_us(v["b" + t]))
+                if t != "sgproxy" and "sgproxy" in v and "bsgproxy" in v:
+                    dd.append((cpu_us(v[t]) - cpu_us(v["sgproxy"])) -
+                              (cpu_us(v["b" + t]) - cpu_us(v["bsgproxy"])))
+            if rat:
+                print("| %d | %s | %s | %s |" % (c, names[t],
+                      "%.3f (%.3f-%.3f)" % (statistics.median(rat),
+                                            min(rat), max(rat)),
+                      med(dd) if dd else "-"))
