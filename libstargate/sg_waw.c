@@ -899,16 +899,18 @@ struct ring {
  * to sg_snapshot_find() instead of rebuilding it per decision.
  */
 struct hintix {
-	bool		 valid;
+	/* read by every probe, together */
 	uint64_t	 ids;		/* the ids version indexed */
-	uint64_t	 seen;		/* the version last looked up unindexed */
-	size_t		 n;		/* candidates indexed */
+	size_t		 n;		/* candidates indexed; 0: no index */
 	bool		 whole;		/* hashed by every word (hint_hash_all) */
-	uint32_t	 mask;		/* entries - 1 (a power of 2 minus 1) */
-	uint64_t	*e;		/* tag << 32 | len << 16 | (index + 1); 0: empty */
-	size_t		 cap;		/* entries allocated */
+	unsigned char	 shift;		/* 64 - log2(entries): slot = h >> shift */
+	uint32_t	 mask;		/* entries - 1 */
+	uint64_t	*e;		/* tag | len << 16 | (index + 1); 0: empty */
 	uint32_t	*off;		/* n + 1 offsets of the ids in text */
 	char		*text;		/* the ids, packed */
+	/* the build's */
+	uint64_t	 seen;		/* the version last looked up unindexed */
+	size_t		 cap;		/* entries allocated */
 	size_t		 ncap, tcap;	/* off and text allocated */
 };
 
@@ -1362,26 +1364,25 @@ rings_get(sgi_scratch *s)
 	return R;
 }
 
-/* The final mix: every input bit reaches the slot (low) and tag (high) bits. */
-static inline uint64_t
-hint_mix(uint64_t h)
-{
-	h ^= h >> 32;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 29;
-	h *= 0xff51afd7ed558ccdULL;
-	return h ^ (h >> 32);
-}
+/*
+ * The hint index's hashes.  A slot is the hash's top bits and the tag its
+ * top 32 bits (an entry keeps them above the id's length and its index),
+ * so only high product bits, which depend on every input bit, are read:
+ * the final mix a low-bit slot would need is not.
+ */
+#define HINT_K1		0x9e3779b97f4a7c15ULL
+#define HINT_K2		0xc2b2ae3d27d4eb4fULL
+#define HINT_TAG	0xffffffff00000000ULL
 
 /*
- * The hint index's hash of p[0..len) (len > 0): every 8-byte word (the
- * last one overlapping), each multiplied on its own and folded in by a
- * rotation, so the serial chain is two cycles a word.
+ * The hash of every 8-byte word of p[0..len) (len > 0; the last one
+ * overlapping), each multiplied on its own and folded in by a rotation:
+ * for indexes whose ids the ends hash cannot tell apart.
  */
 static inline uint64_t
 hint_hash_all(const char *p, size_t len)
 {
-	uint64_t h = (uint64_t)len * 0x9e3779b97f4a7c15ULL, w = 0;
+	uint64_t h = (uint64_t)len * HINT_K1, w = 0;
 	size_t i;
 
 	if (len < 8) {
@@ -1395,42 +1396,52 @@ hint_hash_all(const char *p, size_t len)
 			h = h << 23 | h >> 41;
 		}
 		memcpy(&w, p + len - 8, sizeof(w));	/* the last 8 bytes */
-		h ^= w * 0xc2b2ae3d27d4eb4fULL;
+		h ^= w * HINT_K2;
 	}
-	return hint_mix(h);
+	h ^= h >> 29;		/* the rotations left low bits high */
+	return h * HINT_K1;
 }
 
 /*
- * The cheap hash: the first and the last 8 bytes (4, or single bytes, for
- * shorter ids) and the length, so ids of up to 16 bytes count whole.
+ * The first and the last word of p[0..len) (len > 0): 8 bytes each (they
+ * overlap below 16), 4 below 8, single bytes below 4.
  */
-static inline uint64_t
-hint_hash_ends(const char *p, size_t len)
+static inline void
+hint_ends(const char *p, size_t len, uint64_t *a, uint64_t *b)
 {
-	uint64_t a, b;
 	uint32_t x, y;
 
 	if (len >= 8) {
-		memcpy(&a, p, sizeof(a));
-		memcpy(&b, p + len - 8, sizeof(b));
+		memcpy(a, p, sizeof(*a));
+		memcpy(b, p + len - 8, sizeof(*b));
 	} else if (len >= 4) {
 		memcpy(&x, p, sizeof(x));
 		memcpy(&y, p + len - 4, sizeof(y));
-		a = x;
-		b = y;
+		*a = x;
+		*b = y;
 	} else {
-		a = (unsigned char)p[0] | (uint64_t)(unsigned char)p[len / 2] <<
+		*a = (unsigned char)p[0] | (uint64_t)(unsigned char)p[len / 2] <<
 		    8 | (uint64_t)(unsigned char)p[len - 1] << 16;
-		b = 0;
+		*b = 0;
 	}
-	return hint_mix(a * 0x9e3779b97f4a7c15ULL ^
-	    (b + len) * 0xc2b2ae3d27d4eb4fULL);
+}
+
+/* The cheap hash: the ends and the length (ids of up to 16 bytes whole). */
+static inline uint64_t
+hint_hash_ends(uint64_t a, uint64_t b, size_t len)
+{
+	return a * HINT_K1 ^ (b + len) * HINT_K2;
 }
 
 static inline uint64_t
 hint_hash(const struct hintix *T, const char *p, size_t len)
 {
-	return T->whole ? hint_hash_all(p, len) : hint_hash_ends(p, len);
+	uint64_t a, b;
+
+	if (T->whole)
+		return hint_hash_all(p, len);
+	hint_ends(p, len, &a, &b);
+	return hint_hash_ends(a, b, len);
 }
 
 /* Grow *p to hold n elements of size bytes (*cap counts them). */
@@ -1456,17 +1467,18 @@ hint_grow(void **p, size_t *cap, size_t n, size_t size)
 static bool
 hint_place(struct hintix *T, const sg_cluster *cls, size_t n)
 {
-	size_t i, j;
+	size_t i, j, mask = T->mask;
 	uint64_t h, key, e;
 
-	memset(T->e, 0, ((size_t)T->mask + 1) * sizeof(*T->e));
+	memset(T->e, 0, (mask + 1) * sizeof(*T->e));
 	for (i = 0; i < n; i++) {
 		h = hint_hash(T, cls[i].id, cls[i].id_len);
-		key = (h >> 32) << 16 | cls[i].id_len;
-		for (j = h & T->mask; (e = T->e[j]) != 0; j = (j + 1) & T->mask)
-			if (e >> 16 == key && !T->whole)
+		key = (h & HINT_TAG) | (uint64_t)cls[i].id_len << 16;
+		for (j = (size_t)(h >> T->shift); (e = T->e[j]) != 0;
+		    j = (j + 1) & mask)
+			if ((e ^ key) >> 16 == 0 && !T->whole)
 				return false;	/* ids are unique: distinct */
-		T->e[j] = key << 16 | (uint64_t)(i + 1);
+		T->e[j] = key | (uint64_t)(i + 1);
 	}
 	return true;
 }
@@ -1476,16 +1488,20 @@ static int
 hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 {
 	size_t ne = 16, i, tl = 0;
+	unsigned bits = 4;
 
-	T->valid = false;
+	T->n = 0;		/* no index until it is whole */
 	for (i = 0; i < n; i++)
 		tl += cls[i].id_len;
-	while (ne < 2 * n)
+	while (ne < 4 * n) {	/* at most a quarter full: short probes */
 		ne *= 2;
+		bits++;
+	}
 	if (hint_grow((void **)&T->e, &T->cap, ne, sizeof(*T->e)) != 0 ||
 	    hint_grow((void **)&T->off, &T->ncap, n + 1, sizeof(*T->off)) !=
 	    0 || hint_grow((void **)&T->text, &T->tcap, tl, 1) != 0)
 		return SG_ENOMEM;
+	T->shift = (unsigned char)(64 - bits);
 	T->mask = (uint32_t)(ne - 1);
 	for (i = 0, tl = 0; i < n; i++) {
 		T->off[i] = (uint32_t)tl;
@@ -1500,34 +1516,37 @@ hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 	}
 	T->ids = ids;
 	T->n = n;
-	T->valid = true;
 	return 0;
 }
 
 /*
- * a[0..len) == b[0..len), len > 0, in words (ids are short): the first and
- * the last 8 bytes (which overlap up to 16), then the words between.
+ * t[0..len) == p[0..len), len > 0, where a and b are p's ends
+ * (hint_ends()): the ends, then the words between (ids are short: up to
+ * 24 bytes that is one more word).
  */
 static inline bool
-hint_eq(const char *a, const char *b, size_t len)
+hint_eq(const char *t, const char *p, size_t len, uint64_t a, uint64_t b)
 {
-	uint64_t x, y, u, v, d;
+	uint64_t x, y, u, d;
 	size_t i;
 
 	if (len < 8) {
 		for (i = 0, d = 0; i < len; i++)
-			d |= (uint64_t)(a[i] ^ b[i]);
+			d |= (uint64_t)(t[i] ^ p[i]);
 		return d == 0;
 	}
-	memcpy(&x, a, 8);
-	memcpy(&y, b, 8);
-	memcpy(&u, a + len - 8, 8);
-	memcpy(&v, b + len - 8, 8);
-	d = (x ^ y) | (u ^ v);
-	for (i = 8; i + 8 < len; i += 8) {
-		memcpy(&x, a + i, 8);
-		memcpy(&y, b + i, 8);
+	memcpy(&x, t, 8);
+	memcpy(&u, t + len - 8, 8);
+	d = (x ^ a) | (u ^ b);
+	if (len > 16) {
+		memcpy(&x, t + 8, 8);
+		memcpy(&y, p + 8, 8);
 		d |= x ^ y;
+		for (i = 16; i + 8 < len; i += 8) {
+			memcpy(&x, t + i, 8);
+			memcpy(&y, p + i, 8);
+			d |= x ^ y;
+		}
 	}
 	return d == 0;
 }
@@ -1548,7 +1567,7 @@ hint_find_slow(struct waw *w, const char *hint, size_t len)
 	if (w->s->reference || (R = rings_get(w->s)) == NULL)
 		return sg_snapshot_find(snap, hint, len);
 	T = &R->hint;
-	if (T->valid && T->ids == ids && T->n == w->x->n)
+	if (T->n == w->x->n && T->ids == ids)
 		return -2;	/* indexed: the caller probes */
 	if (T->seen != ids) {
 		T->seen = ids;	/* the first time: no index yet */
@@ -1560,34 +1579,69 @@ hint_find_slow(struct waw *w, const char *hint, size_t len)
 }
 
 /*
+ * The probe of index T for the id p[0..len), 8 <= len <= SG_ID_MAX: its
+ * candidate index or -1.  A leaf call whose work fits in the registers a
+ * call may clobber, so it saves none.
+ */
+static __attribute__((noinline)) long
+hint_probe(const struct hintix *T, const char *p, size_t len)
+{
+	uint64_t h, key, e, a, b;
+	size_t i;
+	long k;
+
+	memcpy(&a, p, sizeof(a));
+	memcpy(&b, p + len - 8, sizeof(b));
+	h = __builtin_expect(T->whole, 0) ? hint_hash_all(p, len) :
+	    hint_hash_ends(a, b, len);
+	key = (h & HINT_TAG) | (uint64_t)len << 16;
+	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
+	    i = (i + 1) & T->mask) {
+		if ((e ^ key) >> 16 != 0)
+			continue;
+		k = (long)(e & 0xffff) - 1;
+		if (hint_eq(T->text + T->off[k], p, len, a, b))
+			return k;
+	}
+	return -1;
+}
+
+/*
  * Candidate index of the id hint[0..len) (len > 0) in the call's snapshot,
- * or -1: sg_snapshot_find()'s answer, through the hint index.  Inlined:
- * the probe is a few dozen instructions, and a call's saved registers
- * would cost a third as much again.
+ * or -1: sg_snapshot_find()'s answer, through the hint index.  The index
+ * holds when it was built for this ids version and candidate count (n is
+ * 0 without one); it is never built in reference mode (set before a
+ * router's first decision, sgi_scratch), which the slow path checks.
+ * Ids under 8 bytes take the slow path's general probe.
  */
 static inline __attribute__((always_inline)) long
 hint_find(struct waw *w, const char *hint, size_t len)
 {
 	sgi_rings *R = w->s->rings;
-	struct hintix *T;
-	uint64_t h, key, e;
+	const struct hintix *T;
+	uint64_t h, key, e, a, b;
 	size_t i;
 	long k;
 
-	if (R == NULL || w->s->reference || !R->hint.valid ||
-	    R->hint.ids != waw_ids(w) || R->hint.n != w->x->n) {
-		if ((k = hint_find_slow(w, hint, len)) != -2)
-			return k;
-		R = w->s->rings;
-	}
-	T = &R->hint;
+	if (__builtin_expect(R != NULL && R->hint.n == w->x->n &&
+	    R->hint.ids == waw_ids(w) && len - 8 <= SG_ID_MAX - 8, 1))
+		return hint_probe(&R->hint, hint, len);
+	if ((k = hint_find_slow(w, hint, len)) != -2)
+		return k;
+	T = &w->s->rings->hint;
 	if (len > SG_ID_MAX)
 		return -1;	/* no candidate id is that long */
-	h = hint_hash(T, hint, len);
-	key = (h >> 32) << 16 | len;
-	for (i = h & T->mask; (e = T->e[i]) != 0; i = (i + 1) & T->mask) {
+	if (len >= 8)
+		return hint_probe(T, hint, len);
+	hint_ends(hint, len, &a, &b);
+	h = T->whole ? hint_hash_all(hint, len) : hint_hash_ends(a, b, len);
+	key = (h & HINT_TAG) | (uint64_t)len << 16;
+	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
+	    i = (i + 1) & T->mask) {
+		if ((e ^ key) >> 16 != 0)
+			continue;
 		k = (long)(e & 0xffff) - 1;
-		if (e >> 16 == key && hint_eq(T->text + T->off[k], hint, len))
+		if (hint_eq(T->text + T->off[k], hint, len, a, b))
 			return k;
 	}
 	return -1;
@@ -1669,17 +1723,39 @@ onepass:
 /* --- the session plan (stargate-lb-config(5)) ----------------------------- */
 
 /*
- * Classify (once per request) and fill p.  applies is false when the rules
- * do not apply; then X and s are the configured ones.
+ * The rules apply: classify the request (once: the state is kept in it
+ * across waits and retries) and return the last cluster's index when the
+ * session is returning and the cluster is a candidate, else -1 (it is
+ * looked up on every call: the snapshot may have changed).
  */
-static inline __attribute__((always_inline)) void
-plan_classify(struct waw *w, bool applies, struct plan *p)
+static inline __attribute__((always_inline)) long
+plan_session(struct waw *w)
 {
 	sg_request *r = w->x->req;
 	const char *hint = r->last_cluster_id;
 	size_t len = r->last_cluster_id_len;
-	long li = -1;
+	long li;
 
+	if (hint == NULL || hint[0] == '\0') {
+		if (r->session_state == SG_SESSION_UNCLASSIFIED)
+			r->session_state = SG_SESSION_NEW;
+		return -1;
+	}
+	li = hint_find(w, hint, len != 0 ? len : strlen(hint));
+	if (r->session_state == SG_SESSION_UNCLASSIFIED)
+		r->session_state = li < 0 ? SG_SESSION_STALE :
+		    SG_SESSION_RETURNING;
+	return r->session_state == SG_SESSION_RETURNING ? li : -1;
+}
+
+/*
+ * Fill p: applies is false when the rules do not apply; then X and s are
+ * the configured ones.  p->last >= 0 only for a returning session whose
+ * last cluster is a candidate.
+ */
+static inline __attribute__((always_inline)) void
+plan_classify(struct waw *w, bool applies, struct plan *p)
+{
 	p->applies = applies;
 	p->state = 0;
 	p->promoted = false;
@@ -1688,23 +1764,12 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
 	p->scale = w->d->affinity_scale;
 	if (!applies)
 		return;
-	if (hint != NULL && hint[0] != '\0')
-		li = hint_find(w, hint, len != 0 ? len : strlen(hint));
-	if (r->session_state == SG_SESSION_UNCLASSIFIED) {
-		if (hint == NULL || hint[0] == '\0')
-			r->session_state = SG_SESSION_NEW;
-		else if (li < 0)
-			r->session_state = SG_SESSION_STALE;
-		else
-			r->session_state = SG_SESSION_RETURNING;
-	}
-	p->state = r->session_state;
+	p->last = plan_session(w);
+	p->state = w->x->req->session_state;
 	if (p->state != SG_SESSION_RETURNING) {
 		p->x_ms = 0;
 		p->scale = 1.0;
-		return;
 	}
-	p->last = li;		/* -1 when the last cluster is gone */
 }
 
 /*
@@ -1716,24 +1781,19 @@ static inline __attribute__((always_inline)) void
 plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
     bool insert)
 {
-	size_t pos;
+	size_t pos, l = (size_t)p->last;
 
-	if (p->applies && p->state == SG_SESSION_RETURNING && p->last >= 0 &&
-	    len > 0) {
-		for (pos = 0; pos < len && order[pos] != (size_t)p->last; pos++)
+	if (p->last >= 0 && len > 0 && order[0] != l) {
+		for (pos = 1; pos < len && order[pos] != l; pos++)
 			;
-		if (pos == len && insert)
-			pos = len - 1;	/* insert-and-truncate */
-		if (pos < len && pos > 0) {
-			if (pos == 1)	/* K = 2: one move, no call */
-				order[1] = order[0];
-			else
-				memmove(&order[1], &order[0],
-				    pos * sizeof(*order));
-			order[0] = (size_t)p->last;
-			p->promoted = true;
-		} else if (pos == 0 && order[0] != (size_t)p->last) {
-			order[0] = (size_t)p->last;	/* len 1, absent */
+		if (pos == len)		/* absent */
+			pos = insert ? len - 1 : 0;	/* insert-and-truncate */
+		if (pos == 1)		/* K = 2: one move, no call */
+			order[1] = order[0];
+		else if (pos > 1)
+			memmove(&order[1], &order[0], pos * sizeof(*order));
+		if (pos > 0 || insert) {
+			order[0] = l;
 			p->promoted = true;
 		}
 	}
@@ -1745,7 +1805,6 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 static inline __attribute__((always_inline)) void
 plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 {
-	const char *hint = w->x->req->last_cluster_id;
 	unsigned gs = w->d->selection_count > 0 ? w->d->selection_count : 1;
 
 	out->classified = p->applies;
@@ -1755,12 +1814,12 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 	out->promoted = p->promoted;
 	if (out->kind != SG_DECIDE_SELECT)
 		out->primary = false;
-	else if (p->state == SG_SESSION_RETURNING && p->last >= 0)
-		/* ids are unique: the hint names exactly candidate last */
-		out->primary = out->index == (size_t)p->last;
 	else if (p->state == SG_SESSION_RETURNING)
-		out->primary = hint != NULL &&
-		    strcmp(out->cluster_id, hint) == 0;
+		/*
+		 * ids are unique: the hint names exactly candidate last, and
+		 * no candidate when last < 0
+		 */
+		out->primary = p->last >= 0 && out->index == (size_t)p->last;
 	else
 		out->primary = out->rank_depth <= gs;
 }
