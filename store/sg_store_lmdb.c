@@ -34,8 +34,17 @@
  * interval.  With the sync option every commit is durable instead.
  *
  * Reads.  A lookup is one read transaction: a cached MDB_txn (MDB_NOTLS, so
- * any thread may use it) is renewed, read and reset; a second concurrent
- * lookup in the same process begins its own.  Readers never wait for
+ * any thread may use it) is read and put back still holding its snapshot,
+ * and renewed first only when that snapshot may be old: when a commit was
+ * announced since (a counter next to the generation counter in the shared
+ * "generation" file, bumped by every process after each commit, before a
+ * flush returns: one load) or when it is more than SNAP_MAX_MS old (a
+ * process of an older version bumps nothing).  Renewing costs more than
+ * the read itself (LMDB looks the named databases up again).  The store
+ * thread resets a cached snapshot that a commit made old after each round
+ * of work and every GEN_POLL_MS when idle, so an idle lookup side never
+ * pins pages that later commits free.  A second concurrent lookup in the
+ * same process begins its own transaction.  Readers never wait for
  * LMDB's writer lock.  What a reader can wait for is s->rw (below): the
  * store thread holds it exclusively while it grows the map, adopts a size
  * another process chose, or reopens the environment after a swap, and,
@@ -172,6 +181,8 @@
 #define IDX_LEN		16	/* u64be written_ms, u64be seq */
 #define READER_CHECK_MS	10000	/* periodic mdb_reader_check */
 #define GEN_POLL_MS	100	/* an idle store thread follows swaps this fast */
+#define GEN_COMMITS	1	/* genp[GEN_COMMITS]: commits, every process */
+#define SNAP_MAX_MS	1	/* a lookup reuses a snapshot this long at most */
 #define MAX_RETRIES	64	/* resizes and reopens for one transaction */
 #define SWEEP_MAX	1000	/* deletions per compaction transaction */
 #define MAINT_REOPEN	1u	/* requests from lookups to the store thread */
@@ -189,6 +200,17 @@ struct op {
 	uint16_t	id_len;
 	unsigned char	digest[SGI_DIGEST_LEN];
 	char		id[SG_ID_MAX];
+};
+
+/*
+ * The cached read transaction and the snapshot it holds; its fields belong
+ * to whoever took it from lstore.rtxn.
+ */
+struct rslot {
+	MDB_txn		*txn;
+	uint64_t	 commits;	/* the commit counter when renewed */
+	uint64_t	 ms;		/* store clock when renewed */
+	bool		 live;		/* renewed and not reset: a snapshot */
 };
 
 struct job {
@@ -216,7 +238,7 @@ struct lstore {
 	ino_t		 data_ino;
 	uint64_t	 gen;		/* generation when env was opened */
 	uint64_t	 map_size;	/* current map size */
-	_Atomic(MDB_txn *) rtxn;	/* cached reset read transaction */
+	_Atomic(struct rslot *) rtxn;	/* cached read transaction */
 	uint32_t	 psize;		/* page size */
 	_Atomic uint64_t data_len;	/* longest data.mdb seen (data_short) */
 	_Atomic bool	 up;		/* env open and sound: connected() */
@@ -387,6 +409,24 @@ static uint64_t
 gen_load(const struct lstore *s)
 {
 	return __atomic_load_n(s->genp, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The commit counter next to the generation counter: every process bumps it
+ * after each write transaction it commits, so that a lookup can tell, with
+ * one load, whether the snapshot its cached read transaction holds is still
+ * the newest (see guarded_get()).
+ */
+static uint64_t
+commits_load(const struct lstore *s)
+{
+	return __atomic_load_n(&s->genp[GEN_COMMITS], __ATOMIC_ACQUIRE);
+}
+
+static void
+commits_bump(struct lstore *s)
+{
+	(void)__atomic_fetch_add(&s->genp[GEN_COMMITS], 1, __ATOMIC_RELEASE);
 }
 
 /* --- one open per directory per process ---------------------------------- */
@@ -833,14 +873,21 @@ lock_alloc(struct lstore *s, sg_error *err)
 
 /* --- the environment ----------------------------------------------------- */
 
+static void
+rslot_free(struct rslot *r)
+{
+	mdb_txn_abort(r->txn);
+	free(r);
+}
+
 /* Drop the cached read transaction (env write-locked, or closing). */
 static void
 rtxn_drop(struct lstore *s)
 {
-	MDB_txn *txn = atomic_exchange(&s->rtxn, NULL);
+	struct rslot *r = atomic_exchange(&s->rtxn, NULL);
 
-	if (txn != NULL)
-		mdb_txn_abort(txn);
+	if (r != NULL)
+		rslot_free(r);
 }
 
 #define SWAPPED		(-1)	/* env_open_once(): data.mdb replaced, retry */
@@ -964,6 +1011,7 @@ env_open_once(struct lstore *s, sg_error *err)
 			lerr(err, rc, "cannot commit");
 			goto fail;
 		}
+		commits_bump(s);
 	}
 	if (mdb_env_info(env, &info) == 0)
 		s->map_size = info.me_mapsize;
@@ -1292,14 +1340,35 @@ env_enter_nowait(struct lstore *s, sg_error *err)
 	return sg_seterr(err, SG_ESTORE, "store keeps changing under us");
 }
 
+/* Cache r, still holding its snapshot; a second one is dropped. */
 static void
-rtxn_put(struct lstore *s, MDB_txn *txn)
+rtxn_put(struct lstore *s, struct rslot *r)
 {
-	MDB_txn *expect = NULL;
+	struct rslot *expect = NULL;
 
-	mdb_txn_reset(txn);
-	if (!atomic_compare_exchange_strong(&s->rtxn, &expect, txn))
-		mdb_txn_abort(txn);
+	if (!atomic_compare_exchange_strong(&s->rtxn, &expect, r))
+		rslot_free(r);
+}
+
+/*
+ * Store thread, after its work: let go of a cached snapshot that a commit
+ * (of any process) made old, so that an idle lookup side never keeps LMDB
+ * from reusing the pages later commits free.
+ */
+static void
+rtxn_release_old(struct lstore *s)
+{
+	struct rslot *r;
+
+	pthread_rwlock_rdlock(&s->rw);
+	if (s->env != NULL && (r = atomic_exchange(&s->rtxn, NULL)) != NULL) {
+		if (r->live && r->commits != commits_load(s)) {
+			mdb_txn_reset(r->txn);
+			r->live = false;
+		}
+		rtxn_put(s, r);
+	}
+	pthread_rwlock_unlock(&s->rw);
 }
 
 /*
@@ -1350,9 +1419,10 @@ write_txn(struct lstore *s, txn_fn *fn, void *arg, sg_error *err)
 				return rc;
 			continue;
 		}
-		if ((rc = fn(s, txn, arg)) == 0)
-			rc = mdb_txn_commit(txn);
-		else
+		if ((rc = fn(s, txn, arg)) == 0) {
+			if ((rc = mdb_txn_commit(txn)) == 0)
+				commits_bump(s);
+		} else
 			mdb_txn_abort(txn);
 		pthread_rwlock_unlock(&s->rw);
 		if (rc == MDB_MAP_FULL) {
@@ -1814,6 +1884,8 @@ periodic(struct lstore *s, bool force_sync)
 	/* Leave a replaced file soon even when idle (see the top comment). */
 	if (!force_sync && env_stale(s))
 		(void)env_reopen(s, NULL);
+	if (!force_sync)
+		rtxn_release_old(s);
 	if (!force_sync && now - s->last_health >= GEN_POLL_MS) {
 		s->last_health = now;
 		env_health(s);
@@ -2265,41 +2337,83 @@ static void maint_request_try(struct lstore *, unsigned);
  * bytes, *vlen its full length) with the guard armed: 0, MDB_NOTFOUND, an
  * LMDB error (MDB_MAP_RESIZED from the begin), or GET_FAULT.
  */
+/*
+ * The cached read transaction, holding a snapshot that is still the newest
+ * (no commit announced since, by any process: one load of the shared
+ * counter) and at most SNAP_MAX_MS old, or else renewed: renewing (which
+ * makes LMDB look the named databases up again) costs more than the read.
+ * NULL (and *rc) when none can be begun.
+ */
+static struct rslot *
+rtxn_take(struct lstore *s, uint64_t now, struct rslot *volatile *held,
+    int *rc)
+{
+	struct rslot *r;
+	uint64_t c = commits_load(s);	/* before the renew: never newer */
+
+	if ((r = atomic_exchange(&s->rtxn, NULL)) != NULL && r->live &&
+	    r->commits == c && now >= r->ms && now - r->ms <= SNAP_MAX_MS)
+		return r;
+	*held = r;		/* the guard aborts it on a fault */
+	if (r == NULL) {
+		if ((r = calloc(1, sizeof(*r))) == NULL) {
+			*rc = ENOMEM;
+			return NULL;
+		}
+		if ((*rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY,
+		    &r->txn)) != 0) {
+			free(r);
+			return NULL;
+		}
+	} else {
+		if (r->live)
+			mdb_txn_reset(r->txn);
+		r->live = false;
+		if ((*rc = mdb_txn_renew(r->txn)) != 0) {
+			*held = NULL;
+			rslot_free(r);
+			return NULL;
+		}
+	}
+	r->live = true;
+	r->commits = c;
+	r->ms = now;
+	return r;
+}
+
+/*
+ * Read k's value (s->rw read-locked) into vbuf (up to VAL_HDR + SG_ID_MAX
+ * bytes, *vlen its full length) with the guard armed: 0, MDB_NOTFOUND, an
+ * LMDB error (MDB_MAP_RESIZED from the begin), or GET_FAULT.
+ */
 static int
-guarded_get(struct lstore *s, const sgi_lckey *k, unsigned char *vbuf,
-    size_t *vlen)
+guarded_get(struct lstore *s, const sgi_lckey *k, uint64_t now,
+    unsigned char *vbuf, size_t *vlen)
 {
 	MDB_val key = { SGI_DIGEST_LEN, (void *)(uintptr_t)k->digest }, val;
-	MDB_txn *volatile held = NULL;
-	MDB_txn *txn;
+	struct rslot *volatile held = NULL;
+	struct rslot *r;
 	sigjmp_buf jb;
-	int rc;
+	int rc = 0;
 
 	if (sigsetjmp(jb, 0) != 0) {
 		bus_guard = NULL;
 		if (held != NULL)
-			mdb_txn_abort(held);
+			rslot_free(held);
 		return GET_FAULT;
 	}
 	bus_guard = &jb;
-	if ((txn = atomic_exchange(&s->rtxn, NULL)) != NULL) {
-		held = txn;
-		if ((rc = mdb_txn_renew(txn)) != 0) {
-			held = NULL;
-			mdb_txn_abort(txn);
-			goto out;
-		}
-	} else if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
+	held = r = rtxn_take(s, now, &held, &rc);
+	if (r == NULL)
 		goto out;
-	held = txn;
-	rc = mdb_get(txn, s->dbi_main, &key, &val);
+	rc = mdb_get(r->txn, s->dbi_main, &key, &val);
 	if (rc == 0) {
 		*vlen = val.mv_size;
 		memcpy(vbuf, val.mv_data, val.mv_size < VAL_HDR + SG_ID_MAX ?
 		    val.mv_size : VAL_HDR + SG_ID_MAX);
 	}
 	held = NULL;
-	rtxn_put(s, txn);
+	rtxn_put(s, r);
 out:
 	bus_guard = NULL;
 	return rc;
@@ -2326,7 +2440,7 @@ read_entry(struct lstore *s, const sgi_lckey *k, uint64_t now, bool nowait,
 	bool hit = false;
 	int rc;
 
-	rc = guarded_get(s, k, vbuf, &vlen);
+	rc = guarded_get(s, k, now, vbuf, &vlen);
 	if (rc == MDB_MAP_RESIZED)
 		return rc;
 	pthread_rwlock_unlock(&s->rw);

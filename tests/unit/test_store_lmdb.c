@@ -801,6 +801,80 @@ test_write_by_one_process_visible_to_another(void **state)
 	close(down[1]);
 }
 
+/* The loop's lookup (sg_store_lookup_start) of key i. */
+static int
+get_nowait_i(sg_store *s, int i, sg_store_lookup_req *req)
+{
+	char k[SG_LC_KEY_LEN + 1];
+
+	key_of(k, i);
+	assert_int_equal(sg_store_lookup_start(s, req, k, SG_LC_KEY_LEN,
+	    sg_store_mono_ns() + 10000000000ULL, NULL, NULL), 0);
+	return req->rc;
+}
+
+/*
+ * A lookup keeps its read snapshot between lookups while no commit was
+ * announced: a commit by another process (or this one) must still be seen
+ * by the very next lookup, before anything else renews the snapshot.  The
+ * parent's clock stands still, so only the shared commit counter, not the
+ * snapshot's age, can make it renew.
+ */
+static void
+test_lookup_snapshot_is_renewed_by_another_process_commit(void **state)
+{
+	struct fx *f = *state;
+	sg_store_lookup_req req;
+	int up[2], down[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	if ((pid = fork()) == 0) {
+		sg_store *s;
+
+		if (read(down[0], &c, 1) != 1)
+			_exit(90);
+		s = child_open(f->dir);
+		put_i(s, 5, "first");
+		if (sg_store_flush(s, NULL) != 0)
+			_exit(91);
+		if (write(up[1], "1", 1) != 1 || read(down[0], &c, 1) != 1)
+			_exit(92);
+		put_i(s, 5, "second");
+		if (sg_store_flush(s, NULL) != 0)
+			_exit(93);
+		if (write(up[1], "2", 1) != 1)
+			_exit(94);
+		sg_store_close(s);
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	fx_open(f);
+	/* Misses, twice: the second one reads the kept snapshot. */
+	assert_int_equal(get_nowait_i(f->s, 5, &req), SG_ENOTFOUND);
+	assert_int_equal(get_nowait_i(f->s, 5, &req), SG_ENOTFOUND);
+	assert_int_equal(write(down[1], "o", 1), 1);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	assert_int_equal(get_nowait_i(f->s, 5, &req), 0);
+	assert_string_equal(req.entry.cluster_id, "first");
+	assert_int_equal(write(down[1], "n", 1), 1);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	assert_int_equal(get_nowait_i(f->s, 5, &req), 0);
+	assert_string_equal(req.entry.cluster_id, "second");
+	wait_child_ok(pid);
+	/* This process's own commit, right after its flush. */
+	put_i(f->s, 5, "third");
+	flush_ok(f->s);
+	assert_int_equal(get_nowait_i(f->s, 5, &req), 0);
+	assert_string_equal(req.entry.cluster_id, "third");
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
 /*
  * The parent grows the map far beyond the size the child mapped; the
  * child (MDB_MAP_RESIZED) adopts it, reads the new entries and writes.
@@ -1574,6 +1648,7 @@ main(void)
 		T(test_second_open_in_one_process_is_ebusy),
 		T(test_missing_store_without_create_is_enoent),
 		T(test_write_by_one_process_visible_to_another),
+		T(test_lookup_snapshot_is_renewed_by_another_process_commit),
 		T(test_map_grown_by_another_process_is_adopted),
 		T(test_compact_drops_expired_and_shrinks_file),
 		T(test_compact_enforces_capacity),
