@@ -16,6 +16,10 @@
  * change to eff[i] stamps gen[i] from the fleet's change clock, the cursor
  * remembers the stamp of each cluster it copied, and a sync whose fresh
  * candidates are unchanged copies only the clusters whose stamp moved.
+ * When no stats ever go stale and every cluster is published (sg-sim's
+ * fleet), the fresh candidates are the caller's whole list, so a sync is
+ * one compare of the list with the view's and the changed clusters'
+ * copies.
  *
  * A publication clears the reservations made at or before its sample time
  * (the stats request was sent after them, so the engine's figures include
@@ -61,6 +65,7 @@ struct sg_fleet {
 	double		*pubt;		/* sample time of pub; NaN: none */
 	uint64_t	*gen;		/* clock at eff[i]'s last change */
 	uint64_t	 clock;		/* counts changes to eff */
+	size_t		 npub;		/* clusters whose pubt is not NaN */
 	uint64_t	stale_ms;
 	uint64_t	next_h;
 };
@@ -240,6 +245,10 @@ sg_fleet_publish(sg_fleet *f, size_t i, const sg_cluster *stats,
 			c->rv[m++] = c->rv[k];
 	c->nrv = m;
 	copy_load(&c->pub, stats);
+	if (isnan(f->pubt[i]) && !isnan(sample_ms))
+		f->npub++;
+	else if (!isnan(f->pubt[i]) && isnan(sample_ms))
+		f->npub--;
 	c->have = true;
 	c->pub_ms = sample_ms;
 	f->pubt[i] = sample_ms;
@@ -451,6 +460,34 @@ sync_in_place(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 	return m == nv;
 }
 
+/*
+ * The steadiest state: no cluster ever goes stale (stale_ms UINT64_MAX)
+ * and every one is published, so every candidate is fresh, and idx is the
+ * view's list: one compare of the lists, then the changed clusters'
+ * copies.  False when any of that does not hold (sync_in_place decides).
+ */
+static bool
+sync_all_fresh(const sg_fleet *f, const size_t *idx, size_t n,
+    sg_fleet_cursor *c)
+{
+	sg_cluster *out = c->snap->c;
+	const uint64_t *gen = f->gen;
+	size_t m;
+
+	if (f->stale_ms != UINT64_MAX || f->npub != f->n || n == 0 ||
+	    n != c->snap->n || memcmp(idx, c->fidx, n * sizeof(*idx)) != 0)
+		return false;
+	for (m = 0; m < n; m++) {
+		uint64_t g = gen[idx[m]];
+
+		if (c->gen[m] != g) {
+			copy_load(&out[m], &f->eff->c[idx[m]]);
+			c->gen[m] = g;
+		}
+	}
+	return true;
+}
+
 int
 sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
     sg_fleet_cursor *c, const sg_snapshot **snap, const size_t **view_idx,
@@ -462,6 +499,8 @@ sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 	if (c->f != f)
 		return sg_seterr(err, SG_EINVAL, "fleet view: cursor of "
 		    "another fleet");
+	if (sync_all_fresh(f, idx, n, c))
+		goto done;
 	if (!sync_in_place(f, idx, n, now_ms, c)) {
 		for (k = 0; k < n; k++)
 			if (idx[k] >= f->n)
@@ -489,6 +528,7 @@ sg_fleet_sync(const sg_fleet *f, const size_t *idx, size_t n, double now_ms,
 		for (m = 0; m < c->snap->n; m++)
 			c->gen[m] = f->gen[c->fidx[m]];
 	}
+done:
 	*snap = c->snap;
 	if (view_idx != NULL)
 		*view_idx = c->fidx;

@@ -4,7 +4,9 @@
  * by publication (only the reservations a sample covers), release, and
  * staleness; the view's reuse of the snapshot and its ids version; the
  * cursor (sg_fleet_sync) against a fresh sg_fleet_view after every step of
- * random operations.
+ * random operations, with stats that go stale and with stats that never
+ * do (the all-fresh path: the list changed in place, a cluster's stats
+ * made unusable by a NaN sample time).
  */
 #include "sg_test.h"
 
@@ -425,6 +427,86 @@ test_cursor_equals_a_fresh_view(void **state)
 	sg_fleet_free(f);
 }
 
+/*
+ * A fleet whose stats never go stale, every cluster published (sg-sim's):
+ * the cursor's all-fresh path.  The candidate list is one array changed in
+ * place (as sg-sim rewrites its lists on a drain), and now and then a
+ * publication with a NaN sample time makes a cluster not fresh, so the
+ * path must step aside; after every step the cursor equals a fresh view.
+ */
+static void
+test_cursor_all_fresh_equals_a_fresh_view(void **state)
+{
+	sg_fleet *f = mkfleet(UINT64_MAX, 4);
+	sg_fleet_cursor *cur;
+	sg_snapshot *ref = sg_snapshot_new();
+	const sg_snapshot *v;
+	const size_t *vi;
+	static const size_t lists[3][4] = { { 0, 1, 2, 3 }, { 0, 2, 3 },
+	    { 3, 1 } };
+	static const size_t nlist[3] = { 4, 3, 2 };
+	size_t list[4], n = 4, refvi[4], i, nan_seen = 0;
+	uint64_t h[4][64] = { { 0 } }, g = 11;
+	size_t nh[4] = { 0 };
+	double now = 0;
+	int step;
+
+	(void)state;
+	assert_int_equal(sg_fleet_cursor_new(f, &cur, NULL), 0);
+	for (i = 0; i < 4; i++) {
+		sg_cluster c = stats();
+
+		assert_int_equal(sg_fleet_publish(f, i, &c, 0), 0);
+		list[i] = i;
+	}
+	for (step = 0; step < 3000; step++) {
+		sg_cluster c = stats();
+		size_t k;
+
+		g = g * 6364136223846793005ULL + 1442695040888963407ULL;
+		k = (size_t)(g >> 33) % 4;
+		now += (double)((g >> 20) % 7);
+		if (step % 250 == 0) {		/* the same array, new list */
+			size_t l = (size_t)(step / 250) % 3;
+
+			n = nlist[l];
+			memcpy(list, lists[l], n * sizeof(*list));
+		}
+		switch ((g >> 40) % 5) {
+		case 0:
+			c.running = (g >> 8) % 9;
+			c.nprio = (uint32_t)((g >> 12) % 3);
+			sg_fleet_publish(f, k, &c, (g >> 50) % 40 == 0 ? NAN :
+			    now - (double)((g >> 16) % 30));
+			nh[k] = 0;
+			break;
+		case 1:
+		case 2:
+			if (nh[k] < 64)
+				h[k][nh[k]++] = sg_fleet_reserve(f, k,
+				    (g >> 4) % 500, (uint32_t)((g >> 14) % 6),
+				    now);
+			break;
+		default:
+			if (nh[k] > 0)
+				sg_fleet_release(f, k, h[k][--nh[k]]);
+			break;
+		}
+		assert_int_equal(sg_fleet_sync(f, list, n, now, cur, &v, &vi,
+		    NULL), 0);
+		assert_int_equal(sg_fleet_view(f, list, n, now, ref, refvi,
+		    NULL), 0);
+		assert_same_view(v, ref);
+		for (i = 0; i < sg_snapshot_count(v); i++)
+			assert_true(vi[i] == refvi[i]);
+		nan_seen += sg_snapshot_count(v) < n;
+	}
+	assert_true(nan_seen > 0);	/* the path was left at times */
+	sg_fleet_cursor_free(cur);
+	sg_snapshot_free(ref);
+	sg_fleet_free(f);
+}
+
 static void
 test_cursor_keeps_ids_version_and_refuses_another_fleet(void **state)
 {
@@ -482,6 +564,7 @@ main(void)
 		cmocka_unit_test(test_reservations_before_first_stats),
 		cmocka_unit_test(test_many_reservations),
 		cmocka_unit_test(test_cursor_equals_a_fresh_view),
+		cmocka_unit_test(test_cursor_all_fresh_equals_a_fresh_view),
 		cmocka_unit_test(
 		    test_cursor_keeps_ids_version_and_refuses_another_fleet),
 	};

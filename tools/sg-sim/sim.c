@@ -56,9 +56,14 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "sg-sim/sim.h"
 #include "common/oracle.h"
@@ -99,15 +104,13 @@ typedef struct sample {
 	sg_cluster	c;
 } sample;
 
-/* A node of the tournament over the engines' next-event times: TREE_W
- * children, at most TREE_MAXLEV levels above the leaves. */
+/* The tournament over the engines' next-event times: TREE_W children a
+ * node, at most TREE_MAXLEV levels above the leaves; a node is its
+ * winner's time (tt) and index (ti), in two arrays so that the eight
+ * times of a group are one 64-byte line. */
 #define TREE_W		8
 #define TREE_MAXLEV	4
 _Static_assert(SIM_MAX_CLUSTERS <= 8 * 8 * 8 * 8, "TREE_MAXLEV levels");
-typedef struct tnode {
-	double		t;		/* the winner's eng_next_event */
-	uint32_t	i;		/* the winner, NONE for an empty leaf */
-} tnode;
 
 typedef struct cstate {
 	eng		*e;
@@ -145,20 +148,31 @@ _Static_assert(sizeof(sess) == 64, "a session is one cache line");
 _Static_assert(SIM_MAX_CLUSTERS <= INT16_MAX, "cluster index in int16_t");
 _Static_assert(SIM_MAX_CLASSES <= UINT8_MAX, "class index in uint8_t");
 
-/* A request: what every event reads (one cache line), and beside it in a
- * parallel array what only a router decision reads. */
+/*
+ * A request: what every event reads (one cache line), and beside it in a
+ * parallel array what only a router decision reads.  The session's next
+ * turn is drawn when this one starts (think, not_before; the session's
+ * draws come in the same order), so that the answer's end only writes the
+ * session's record, never waits to read it.
+ */
 typedef struct sreq {
 	double		arrive;
-	double		selected;
+	double		think;		/* ms after the answer to the next turn */
+	double		not_before;	/* trace: the next turn's time, or -inf */
 	uint64_t	input, output;
 	uint32_t	sess;
-	int32_t		cluster;
-	int32_t		last;
-	uint32_t	retries;
-	uint32_t	nexcl;
+	uint32_t	turn;		/* the session's turn it is */
 	uint32_t	next_free;
+	int16_t		cluster;
+	int16_t		last;
+	uint8_t		retries;
+	uint8_t		nexcl;
 	bool		counted;
+	bool		last_turn;	/* the session ends with its answer */
 } sreq;
+
+_Static_assert(sizeof(sreq) <= 64, "a request is one cache line");
+_Static_assert(SIM_MAX_RETRIES < UINT8_MAX, "retries in uint8_t");
 
 typedef struct sreq_cold {
 	sg_request	q;
@@ -186,10 +200,11 @@ typedef struct sim {
 	uint64_t	 svc_n;
 	cstate		*cs;
 	size_t		 nc;
-	tnode		*tree;		/* tournament over next-event times */
-	size_t		 toff[TREE_MAXLEV + 1];	/* level l at tree + toff[l] */
+	double		*tt;		/* tournament: each node's time, */
+	uint32_t	*ti;		/* ... its winner (NONE: empty leaf) */
+	size_t		 toff[TREE_MAXLEV + 1];	/* level l at toff[l] */
 	size_t		 tlevels;	/* leaves: level 0, root: tlevels */
-	const tnode	*troot;
+	size_t		 troot;		/* the root's node */
 	double		 now;
 	uint64_t	 seq;		/* event insertion order */
 	int		 fail;		/* first error */
@@ -284,6 +299,7 @@ sim_expo(uint64_t *s, double mean)
 
 static double zx[ZIG_N + 1], zf[ZIG_N + 1];
 static pthread_once_t zig_once = PTHREAD_ONCE_INIT;
+static atomic_bool zig_ready;	/* the tables are built: no call needed */
 
 static void
 zig_init(void)
@@ -300,6 +316,7 @@ zig_init(void)
 	}
 	zx[ZIG_N] = 0;
 	zf[ZIG_N] = 1.0;
+	atomic_store_explicit(&zig_ready, true, memory_order_release);
 }
 
 static double
@@ -336,7 +353,8 @@ draw_real(uint64_t *s, const sim_dist *d)
 {
 	switch (d->kind) {
 	case DIST_LOGNORMAL:
-		pthread_once(&zig_once, zig_init);
+		if (!atomic_load_explicit(&zig_ready, memory_order_acquire))
+			pthread_once(&zig_once, zig_init);
 		return d->a * exp(d->b * gauss(s));
 	case DIST_PARETO:	/* scale / U^(1/shape), U in (0, 1] */
 		return d->b / pow(1.0 - sim_unif(s), 1.0 / d->a);
@@ -536,7 +554,8 @@ bucket_of(double t)
 static void
 bkt_add(sim *s, bkt *b, hev x)
 {
-	if (grow((void **)&b->v, &b->cap, sizeof(*b->v), b->n + 1) != 0) {
+	if (b->n == b->cap && grow((void **)&b->v, &b->cap, sizeof(*b->v),
+	    b->n + 1) != 0) {
 		s->fail = SG_ENOMEM;
 		return;
 	}
@@ -764,6 +783,41 @@ req_free(sim *s, uint32_t i)
 /* --- engine event times ---------------------------------------------------- */
 
 /*
+ * The first of the eight earliest times t[0..8) (t 64-byte aligned): with
+ * SSE2, the minimum of the eight and the first lane equal to it; without,
+ * a scan keeping the first smaller.  The two agree (no time is NaN).
+ */
+static inline unsigned
+argmin8(const double *t)
+{
+#if defined(__SSE2__)
+	__m128d a0 = _mm_load_pd(t), a1 = _mm_load_pd(t + 2);
+	__m128d a2 = _mm_load_pd(t + 4), a3 = _mm_load_pd(t + 6);
+	__m128d m = _mm_min_pd(_mm_min_pd(a0, a1), _mm_min_pd(a2, a3));
+	unsigned mask;
+
+	m = _mm_min_pd(m, _mm_unpackhi_pd(m, m));
+	m = _mm_unpacklo_pd(m, m);
+	mask = (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a0, m)) |
+	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a1, m)) << 2 |
+	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a2, m)) << 4 |
+	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a3, m)) << 6;
+	return (unsigned)__builtin_ctz(mask);
+#else
+	double bt = t[0];
+	unsigned j, b = 0;
+
+	for (j = 1; j < TREE_W; j++) {
+		bool lt = t[j] < bt;
+
+		b = lt ? j : b;
+		bt = lt ? t[j] : bt;
+	}
+	return b;
+#endif
+}
+
+/*
  * Cluster i's next event time changed: replay its path of the tree, an
  * 8-ary tournament (two levels up to 64 clusters).  A node is the first
  * earliest of its eight children; children are in cluster order and empty
@@ -774,26 +828,20 @@ req_free(sim *s, uint32_t i)
 static void
 tree_fix(sim *s, size_t i)
 {
-	tnode *tr = s->tree;
+	double *tt = s->tt;
+	uint32_t *ti = s->ti;
 	size_t p = i, l;
 
 	for (l = 1; l <= s->tlevels; l++) {
-		const tnode *c = &tr[s->toff[l - 1] + p / TREE_W * TREE_W];
-		tnode *up;
-		double bt = c[0].t;
-		size_t j, b = 0;
+		size_t c = s->toff[l - 1] + p / TREE_W * TREE_W, up;
 
-		for (j = 1; j < TREE_W; j++) {
-			bool lt = c[j].t < bt;
-
-			b = lt ? j : b;
-			bt = lt ? c[j].t : bt;
-		}
+		c += argmin8(&tt[c]);
 		p /= TREE_W;
-		up = &tr[s->toff[l] + p];
-		if (up->i == c[b].i && up->t == c[b].t)
+		up = s->toff[l] + p;
+		if (ti[up] == ti[c] && tt[up] == tt[c])
 			return;
-		*up = c[b];
+		tt[up] = tt[c];
+		ti[up] = ti[c];
 	}
 }
 
@@ -801,11 +849,10 @@ static void
 set_next(sim *s, size_t i)
 {
 	double t = eng_next_event(s->cs[i].e);
-	tnode *leaf = &s->tree[i];
 
-	if (t == leaf->t)
+	if (t == s->tt[i])
 		return;
-	leaf->t = t;
+	s->tt[i] = t;
 	tree_fix(s, i);
 }
 
@@ -963,14 +1010,29 @@ sess_ckey(const sim *s, const sess *ss)
 static size_t
 utoa(uint64_t v, char *p)
 {
-	char tmp[24];
-	size_t n = 0, i;
+	static const char dd[] =
+	    "00010203040506070809101112131415161718192021222324"
+	    "25262728293031323334353637383940414243444546474849"
+	    "50515253545556575859606162636465666768697071727374"
+	    "75767778798081828384858687888990919293949596979899";
+	char tmp[24], *q = tmp + sizeof(tmp);
+	size_t n;
 
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-	} while ((v /= 10) > 0);
-	for (i = 0; i < n; i++)
-		p[i] = tmp[n - 1 - i];
+	/* Two digits a division, from the right. */
+	while (v >= 100) {
+		unsigned d = (unsigned)(v % 100) * 2;
+
+		v /= 100;
+		*--q = dd[d + 1];
+		*--q = dd[d];
+	}
+	if (v >= 10) {
+		*--q = dd[v * 2 + 1];
+		*--q = dd[v * 2];
+	} else
+		*--q = (char)('0' + v);
+	n = (size_t)(tmp + sizeof(tmp) - q);
+	memcpy(p, q, n);
 	return n;
 }
 
@@ -985,9 +1047,12 @@ end_request(sim *s, uint32_t ri, bool end_session)
 static bool
 excluded(const sim *s, const sreq *r, size_t i)
 {
-	const int32_t *excl = s->rqc[r - s->rq].excl;
+	const int32_t *excl;
 	uint32_t k;
 
+	if (r->nexcl == 0)
+		return false;
+	excl = s->rqc[r - s->rq].excl;
 	for (k = 0; k < r->nexcl; k++)
 		if (excl[k] == (int32_t)i)
 			return true;
@@ -1246,8 +1311,7 @@ route(sim *s, uint32_t ri, double t)
 			r = &s->rq[ri];
 			if (rc == 0) {
 				seen_add(&s->ss[r->sess], i);
-				r->cluster = (int32_t)i;
-				r->selected = t;
+				r->cluster = (int16_t)i;
 				if (r->counted) {
 					s->res->took_prefix += (double)took;
 					s->res->best_prefix += (double)best;
@@ -1255,7 +1319,7 @@ route(sim *s, uint32_t ri, double t)
 					s->nwait++;
 					if (r->last >= 0) {
 						s->res->returning++;
-						if (r->last != (int32_t)i)
+						if (r->last != (int16_t)i)
 							s->res->left++;
 					}
 				}
@@ -1334,6 +1398,31 @@ name_request(const sim *s, sreq_cold *cold, const sess *ss)
 	cold->id[n] = '\0';
 }
 
+/*
+ * What the session's next turn needs from its answer's end, drawn as its
+ * turn starts: whether there is one, the think time (the session's next
+ * draw, after this turn's sizes, as when it was drawn at the answer's end)
+ * or the trace's think time and send time.
+ */
+static void
+next_turn(sim *s, sess *ss, sreq *r)
+{
+	const sim_treq *tr;
+
+	r->last_turn = ss->turn >= ss->turns;
+	r->think = 0;
+	r->not_before = -INFINITY;
+	if (r->last_turn)
+		return;
+	if (ss->ts == NONE) {
+		r->think = sim_draw_ms(&ss->rng, &s->sc->sessions.think);
+		return;
+	}
+	tr = &s->sc->trace.req[s->sc->trace.sess[ss->ts].first + ss->turn];
+	r->think = tr->think_ms;
+	r->not_before = tr->t_ms;
+}
+
 static void
 start_turn(sim *s, uint32_t si, double t)
 {
@@ -1359,9 +1448,11 @@ start_turn(sim *s, uint32_t si, double t)
 	r->input = in;
 	r->output = out;
 	r->sess = si;
+	r->turn = ss->turn;
 	r->cluster = -1;
 	r->last = ss->last;
 	r->counted = t >= sc->warmup_ms;
+	next_turn(s, ss, r);
 	if (s->row->alg != SIM_ALG_PERFECT)
 		name_request(s, &s->rqc[ri], ss);
 	s->res->simulated++;
@@ -1414,24 +1505,13 @@ new_session(sim *s, double t)
 	start_turn(s, si, t);
 }
 
-/* The time the session's next turn is sent, its answer done at done. */
-static double
-next_turn_time(sim *s, sess *ss, double done)
-{
-	const sim_treq *tr;
-
-	if (ss->ts == NONE)
-		return done + sim_draw_ms(&ss->rng, &s->sc->sessions.think);
-	tr = &s->sc->trace.req[s->sc->trace.sess[ss->ts].first + ss->turn - 1];
-	return done + tr->think_ms > tr->t_ms ? done + tr->think_ms : tr->t_ms;
-}
-
 /* Engine callback: the first token of a session request. */
 static void
 engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 {
 	sim *s = ctx;
 	uint32_t ri;
+	double next;
 	sreq *r;
 	sess *ss;
 
@@ -1466,19 +1546,27 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 	/* Done: the session thinks, then starts its next turn. */
 	s->svc_sum += info->done_ms - info->admit_ms;
 	s->svc_n++;
+	/* The session's record is only written here (it is seldom in
+	 * cache): remember its cache entry on this engine, found at
+	 * admission (the engine is its most recent cluster, seen[0], set
+	 * when the request was submitted); the first token leaves the
+	 * record alone. */
 	ss = &s->ss[r->sess];
-	/* Remember the session's cache entry on this engine (its most
-	 * recent cluster: the head of seen), found at admission; the first
-	 * token leaves the session's record alone. */
-	if (ss->seen[0] == r->cluster)
-		ss->hint[0] = info->entry;
+	ss->hint[0] = info->entry;
 	ss->context = r->input + r->output;
-	ss->last = (int16_t)r->cluster;
-	ss->turn++;
-	if (ss->turn > ss->turns)
+	ss->last = r->cluster;
+	ss->turn = r->turn + 1;
+	next = info->done_ms + r->think;
+	if (next < r->not_before)
+		next = r->not_before;
+	/* A turn due at or past the end would end the session when it came
+	 * due (start_turn); it ends now instead, so that the run's tail is
+	 * not spent waiting for thinking sessions (no event is added; the
+	 * others keep their order). */
+	if (r->last_turn || next >= s->sc->duration_ms)
 		end_request(s, ri, true);
 	else {
-		push(s, next_turn_time(s, ss, info->done_ms), EV_TURN, r->sess);
+		push(s, next, EV_TURN, r->sess);
 		end_request(s, ri, false);
 	}
 }
@@ -1581,7 +1669,8 @@ sim_free(sim *s)
 			free(s->cs[i].pend);
 		}
 	free(s->cs);
-	free(s->tree);
+	free(s->tt);
+	free(s->ti);
 	free(s->heapmem);
 	free(s->ss);
 	free(s->tkey);
@@ -1621,8 +1710,12 @@ setup_alloc(sim *s)
 		k += w;
 		w /= TREE_W;
 	}
+	/* Every level below the root is whole groups of eight, so each
+	 * group starts a line; the root's level is padded to a group. */
+	k = (k + TREE_W - 1) / TREE_W * TREE_W;
 	if ((s->cs = calloc(s->nc, sizeof(*s->cs))) == NULL ||
-	    (s->tree = malloc(k * sizeof(*s->tree))) == NULL ||
+	    (s->tt = aligned_alloc(64, k * sizeof(*s->tt))) == NULL ||
+	    (s->ti = malloc(k * sizeof(*s->ti))) == NULL ||
 	    (s->drained = calloc(s->nc, sizeof(*s->drained))) == NULL ||
 	    (s->oc = calloc(s->nc, sizeof(*s->oc))) == NULL ||
 	    (s->mark = calloc(s->nc, sizeof(*s->mark))) == NULL ||
@@ -1636,10 +1729,10 @@ setup_alloc(sim *s)
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
-	s->troot = &s->tree[s->toff[s->tlevels]];
+	s->troot = s->toff[s->tlevels];
 	for (i = 0; i < k; i++) {
-		s->tree[i].t = INFINITY;
-		s->tree[i].i = NONE;
+		s->tt[i] = INFINITY;
+		s->ti[i] = NONE;
 	}
 	return 0;
 }
@@ -1681,8 +1774,8 @@ setup(sim *s)
 		smp.c = c->vis;
 		eng_cluster(c->e, 0, &smp.c);
 		publish(s, i, &smp, 0);
-		s->tree[i].i = (uint32_t)i;
-		s->tree[i].t = eng_next_event(c->e);
+		s->ti[i] = (uint32_t)i;
+		s->tt[i] = eng_next_event(c->e);
 		tree_fix(s, i);
 		/* The perfect row reads the engines, never the stats. */
 		if (s->row->alg != SIM_ALG_PERFECT)
@@ -1832,8 +1925,8 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	if ((rc = setup(&s)) != 0)
 		goto out;
 	while (s.fail == 0) {
-		uint32_t ie = s.troot->i;
-		double te = ie != NONE ? s.troot->t : INFINITY, th;
+		uint32_t ie = s.ti[s.troot];
+		double te = ie != NONE ? s.tt[s.troot] : INFINITY, th;
 		const hev *h;
 		const sess *pf;
 		bool ring;
