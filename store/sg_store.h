@@ -386,6 +386,9 @@ typedef struct sg_store_stats {
 	uint64_t	 map_grows;	/* map size increases */
 	uint64_t	 reopens;	/* environment reopened after a compaction */
 	uint64_t	 wakeups;	/* store thread woken to take writes */
+	uint64_t	 superseded;	/* puts replaced by a later put of the
+					 * same key in the same transaction,
+					 * so never written (LMDB) */
 	/* Redis (LMDB: zero): INFO memory of the primary (Cluster: summed
 	 * over the primaries), and the nodes reached. */
 	uint64_t	 mem_used;	/* used_memory, bytes */

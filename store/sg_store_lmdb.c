@@ -264,6 +264,7 @@ struct lstore {
 	unsigned	 flushing;	/* sg_store_flush() callers waiting */
 	uint64_t	 q_first_ns;	/* when the queue last became non-empty */
 	uint64_t	 wakeups;	/* times the queue was taken */
+	uint64_t	 superseded;	/* puts replaced within their batch */
 	pthread_t	 thr;
 	bool		 thr_started;
 	pthread_mutex_t	 job_mu;	/* one compaction at a time */
@@ -276,6 +277,9 @@ struct lstore {
 	_Atomic(const struct sgi_store_hook *) hook;	/* tests only */
 
 	/* Store thread only. */
+	struct dslot	*dtab;		/* dedupe(): the batch's keys */
+	bool		*dskip;		/* dedupe(): puts to skip */
+	uint32_t	 dmask, dstamp;
 	bool		 dirty;
 	uint64_t	 last_sync, last_check;	/* monotonic ms */
 	uint64_t	 last_name_check;	/* env_swapped_txn(), ms */
@@ -1583,7 +1587,76 @@ struct batch {
 	const struct op	*ops;
 	size_t		 n;
 	uint64_t	 now;
+	uint64_t	 superseded;	/* puts skipped (dedupe()) */
 };
+
+/*
+ * Last write wins inside one transaction: a put whose key's next operation
+ * in the batch is another put leaves nothing behind (the later put
+ * replaces its entry and its time-index key), so it need not be written,
+ * provided nothing in between can look at the entry.  Only an eviction
+ * could (it takes the oldest entry, wherever that put would have moved the
+ * key), so puts are skipped only in a batch that cannot evict: the entries
+ * before it plus its puts within max_entries.  Sequence numbers are still
+ * given to skipped puts, so every entry, index key and the stored counter
+ * end as without skipping.  One walk from the end with a small hash of the
+ * batch's keys (store thread only; entries of older batches are told
+ * apart by a stamp, so the table is never cleared).
+ */
+struct dslot {
+	uint32_t	stamp;
+	uint32_t	idx;		/* the op that is next on this key */
+};
+
+#define DEDUPE_MAX	4096	/* larger batches are not deduplicated */
+
+static bool *
+dedupe(struct lstore *s, const struct batch *b, uint64_t count)
+{
+	size_t i, nput = 0, cap;
+	uint32_t mask, h;
+
+	for (i = 0; i < b->n; i++)
+		nput += b->ops[i].kind == OP_PUT;
+	if (nput < 2 || b->n > DEDUPE_MAX || count + nput > s->o.max_entries)
+		return NULL;
+	if (s->dtab == NULL) {
+		for (cap = 64; cap < 2 * DEDUPE_MAX; cap *= 2)
+			;
+		s->dtab = calloc(cap, sizeof(*s->dtab));
+		s->dskip = calloc(DEDUPE_MAX, sizeof(*s->dskip));
+		if (s->dtab == NULL || s->dskip == NULL) {
+			free(s->dtab);
+			free(s->dskip);
+			s->dtab = NULL;
+			s->dskip = NULL;
+			return NULL;
+		}
+		s->dmask = (uint32_t)cap - 1;
+	}
+	if (++s->dstamp == 0) {		/* wrapped: forget every stamp */
+		memset(s->dtab, 0, ((size_t)s->dmask + 1) * sizeof(*s->dtab));
+		s->dstamp = 1;
+	}
+	mask = s->dmask;
+	for (i = b->n; i-- > 0;) {
+		const struct op *op = &b->ops[i];
+		struct dslot *d;
+
+		memcpy(&h, op->digest, sizeof(h));	/* SHA-256 bits */
+		for (h &= mask;; h = (h + 1) & mask) {
+			d = &s->dtab[h];
+			if (d->stamp != s->dstamp || memcmp(b->ops[d->idx].digest,
+			    op->digest, SGI_DIGEST_LEN) == 0)
+				break;
+		}
+		s->dskip[i] = op->kind == OP_PUT && d->stamp == s->dstamp &&
+		    b->ops[d->idx].kind == OP_PUT;
+		d->stamp = s->dstamp;
+		d->idx = (uint32_t)i;
+	}
+	return s->dskip;
+}
 
 static int
 apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
@@ -1592,6 +1665,7 @@ apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
 	MDB_cursor *cur = NULL, *cm = NULL;
 	MDB_stat ms;
 	uint64_t seq, count;
+	const bool *skip;
 	size_t i;
 	int rc;
 
@@ -1601,9 +1675,16 @@ apply_batch(struct lstore *s, MDB_txn *txn, void *arg)
 	    (rc = mdb_cursor_open(txn, s->dbi_time, &cur)) != 0)
 		goto out;
 	count = ms.ms_entries;
+	skip = dedupe(s, b, count);
+	b->superseded = 0;
 	for (i = 0; i < b->n && rc == 0; i++) {
 		const struct op *op = &b->ops[i];
 
+		if (skip != NULL && skip[i]) {
+			seq++;		/* as if written, then replaced */
+			b->superseded++;
+			continue;
+		}
 		switch (op->kind) {
 		case OP_PUT:
 			rc = entry_put(cm, cur, op, ++seq, &count);
@@ -1748,6 +1829,7 @@ process(struct lstore *s, size_t off, size_t n)
 		chunk = n < s->o.batch_max ? n : s->o.batch_max;
 		b.ops = s->w + off;
 		b.n = chunk;
+		b.superseded = 0;
 		b.now = sgi_store_now(&s->o);
 		sg_error_clear(&e);
 		rc = write_txn(s, apply_batch, &b, &e);
@@ -1766,6 +1848,7 @@ process(struct lstore *s, size_t off, size_t n)
 		if (rc == 0) {
 			s->committed += chunk;
 			s->commits++;
+			s->superseded += b.superseded;
 		} else {
 			s->failed += chunk;
 			if (s->flush_rc == 0) {
@@ -2742,6 +2825,7 @@ out:
 	st->failed = s->failed;
 	st->commits = s->commits;
 	st->wakeups = s->wakeups;
+	st->superseded = s->superseded;
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
@@ -2784,6 +2868,8 @@ lm_free(struct lstore *s)
 	pthread_cond_destroy(&s->done_cv);
 	free(s->q);
 	free(s->w);
+	free(s->dtab);
+	free(s->dskip);
 	free(s->dir);
 	free(s->datapath);
 	free(s->tmppath);

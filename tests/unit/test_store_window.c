@@ -308,6 +308,101 @@ test_window_write_visible_after_its_commit_not_before(void **state)
 	assert_int_equal(f->commits, 1);
 }
 
+static void
+put_id(sg_store *s, int i, const char *id)
+{
+	char k[SG_LC_KEY_LEN + 1];
+	sg_error e;
+
+	key_of(k, i);
+	sg_error_clear(&e);
+	assert_int_equal(sg_store_put(s, k, SG_LC_KEY_LEN, id, strlen(id),
+	    &e), 0);
+}
+
+struct seen {
+	char	ids[8][16];
+	int	n;
+};
+
+static int
+seen_fn(const sg_store_entry *en, void *arg)
+{
+	struct seen *v = arg;
+
+	if (v->n < 8)
+		snprintf(v->ids[v->n++], sizeof(v->ids[0]), "%.15s",
+		    en->cluster_id);
+	return 0;
+}
+
+/*
+ * Puts of one key in one transaction: the last one wins and the earlier
+ * ones are never written (stats superseded), and the store ends exactly
+ * as if each had been: the entries, their order by write (iterate: oldest
+ * first, by sequence within a millisecond) and the sequence counter (a
+ * later transaction still orders after them).
+ */
+static void
+test_window_superseded_puts_in_one_transaction_are_skipped_last_wins(
+    void **state)
+{
+	struct fx *f = *state;
+	struct seen v;
+	sg_store_entry en;
+	sg_error e;
+	char k[SG_LC_KEY_LEN + 1];
+
+	f->o.commit_delay_us = 60000000;	/* 60 s: flush ends it */
+	fx_open(f);
+	put_id(f->s, 1, "a");
+	put_id(f->s, 2, "x");
+	put_id(f->s, 1, "b");
+	put_id(f->s, 3, "y");
+	put_id(f->s, 1, "c");
+	assert_int_equal(sg_store_flush(f->s, &e), 0);
+	assert_int_equal(f->commits, 1);
+	assert_int_equal(f->max_ops, 5);
+	assert_int_equal(stats(f).superseded, 2);
+	assert_int_equal(stats(f).entries, 3);
+	key_of(k, 1);
+	assert_int_equal(sg_store_lookup(f->s, k, SG_LC_KEY_LEN, &en, &e), 0);
+	assert_string_equal(en.cluster_id, "c");
+	/* A later transaction's write of key 2 orders after key 1's. */
+	put_id(f->s, 2, "z");
+	assert_int_equal(sg_store_flush(f->s, &e), 0);
+	memset(&v, 0, sizeof(v));
+	assert_int_equal(sg_store_iterate(f->s, false, seen_fn, &v, &e), 0);
+	assert_int_equal(v.n, 3);
+	assert_string_equal(v.ids[0], "y");
+	assert_string_equal(v.ids[1], "c");
+	assert_string_equal(v.ids[2], "z");
+}
+
+/* A batch that could evict is written put by put, as before. */
+static void
+test_window_no_skipping_in_a_batch_that_can_evict(void **state)
+{
+	struct fx *f = *state;
+	struct seen v;
+	sg_error e;
+
+	f->o.commit_delay_us = 60000000;
+	f->o.max_entries = 2;
+	fx_open(f);
+	put_id(f->s, 1, "a");
+	put_id(f->s, 2, "b");
+	put_id(f->s, 1, "c");
+	put_id(f->s, 3, "d");
+	assert_int_equal(sg_store_flush(f->s, &e), 0);
+	assert_int_equal(stats(f).superseded, 0);
+	memset(&v, 0, sizeof(v));
+	assert_int_equal(sg_store_iterate(f->s, false, seen_fn, &v, &e), 0);
+	assert_int_equal(v.n, 2);
+	assert_string_equal(v.ids[0], "c");
+	assert_string_equal(v.ids[1], "d");
+}
+
 #define T(fn)	cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -322,6 +417,8 @@ main(void)
 		T(test_window_full_batch_commits_without_waiting),
 		T(test_window_close_commits_queued_writes_at_once),
 		T(test_window_write_visible_after_its_commit_not_before),
+		T(test_window_superseded_puts_in_one_transaction_are_skipped_last_wins),
+		T(test_window_no_skipping_in_a_batch_that_can_evict),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
