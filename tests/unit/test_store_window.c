@@ -4,7 +4,10 @@
  * transaction and one wake-up of the store thread, a trickle of writes
  * wakes it once per window (without the window, once per write), a full
  * batch, sg_store_flush() and sg_store_close() never wait for the window,
- * and a write becomes visible when its window's transaction commits.
+ * a write becomes visible when its window's transaction commits, and a put
+ * that a later put of its key in the same transaction replaces is skipped
+ * with the store ending as if it had been written (never in a batch that
+ * could evict).
  *
  * Waits are bounded (at most WAIT_S seconds of polling); the windows are
  * long (seconds) next to what they must contain (microseconds of puts), so
