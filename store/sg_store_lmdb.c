@@ -1355,18 +1355,22 @@ rtxn_put(struct lstore *s, struct rslot *r)
 }
 
 /*
- * Store thread, after its work: let go of a cached snapshot that a commit
- * (of any process) made old, so that an idle lookup side never keeps LMDB
- * from reusing the pages later commits free.
+ * Store thread, after its work and every GEN_POLL_MS when idle: let go of
+ * a cached snapshot that a commit (of any process) made old, or that is
+ * past SNAP_MAX_MS (a writer of an older version bumps no counter), so
+ * that an idle lookup side never keeps LMDB from reusing the pages later
+ * commits free.
  */
 static void
 rtxn_release_old(struct lstore *s)
 {
+	uint64_t now = sgi_store_now(&s->o);
 	struct rslot *r;
 
 	pthread_rwlock_rdlock(&s->rw);
 	if (s->env != NULL && (r = atomic_exchange(&s->rtxn, NULL)) != NULL) {
-		if (r->live && r->commits != commits_load(s)) {
+		if (r->live && (r->commits != commits_load(s) ||
+		    now < r->ms || now - r->ms > SNAP_MAX_MS)) {
 			mdb_txn_reset(r->txn);
 			r->live = false;
 		}
