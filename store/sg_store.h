@@ -26,8 +26,12 @@
  *     others to share its transaction.
  *   - Visibility: a write is seen by lookups (in every process) once it is
  *     committed: after sg_store_flush(), or by itself a moment later, within
- *     commit_delay_us plus the transactions queued before it.  Last write
- *     wins: writes commit in the order they were queued.
+ *     commit_delay_us plus the transactions queued before it.  (A lookup
+ *     reuses its read snapshot while no process has announced a commit;
+ *     a process of an older version announces none, so its writes are seen
+ *     within a millisecond.)  Last write wins: writes commit in the order
+ *     they were queued, and a put replaced by a later put of the same key
+ *     in the same transaction is not written at all.
  *   - Lookups are cheap (an LMDB read transaction, about a microsecond).
  *     sg_store_lookup() is synchronous and may wait, briefly, while the
  *     store thread resizes or reopens the map: it is for tools.  An event
