@@ -61,10 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "sg-sim/sim.h"
 #include "common/oracle.h"
 
@@ -107,8 +103,8 @@ typedef struct sample {
 /* The tournament over the engines' next-event times: TREE_W children a
  * node, at most TREE_MAXLEV levels above the leaves; a node is its
  * winner's time (tt) and index (ti), in two arrays so that the eight
- * times of a group are one 64-byte line. */
-#define TREE_W		8
+ * times of a group are one 64-byte line (tt is 64-byte aligned). */
+#define TREE_W		8	/* 1 << 3: tree_fix shifts by 3 a level */
 #define TREE_MAXLEV	4
 _Static_assert(SIM_MAX_CLUSTERS <= 8 * 8 * 8 * 8, "TREE_MAXLEV levels");
 
@@ -157,8 +153,8 @@ _Static_assert(SIM_MAX_CLASSES <= UINT8_MAX, "class index in uint8_t");
  */
 typedef struct sreq {
 	double		arrive;
-	double		think;		/* ms after the answer to the next turn */
-	double		not_before;	/* trace: the next turn's time, or -inf */
+	double		think;		/* ms from answer to next turn */
+	double		not_before;	/* trace: next turn's time, or -inf */
 	uint64_t	input, output;
 	uint32_t	sess;
 	uint32_t	turn;		/* the session's turn it is */
@@ -192,6 +188,7 @@ typedef struct sim {
 	const size_t	*view_idx;	/* fleet index of view cluster k */
 	bool		*drained;
 	size_t		*idlen;		/* strlen of each cluster id */
+	double		*rtt;		/* each cluster's rtt_ms, compact */
 	orc_cand	*oc;		/* perfect row: per cluster */
 	uint32_t	*mark;		/* perfect row: served the session */
 	uint32_t	*markhint;	/* ... its entry there (eng_req.hint) */
@@ -501,6 +498,16 @@ ev_less(const hev *a, const hev *b)
 	return a->t < b->t || (a->t == b->t && a->k < b->k);
 }
 
+/* Of heap items a < b, the earlier (a on a tie, which cannot happen: the
+ * insertion numbers differ), by a mask rather than a branch. */
+static inline size_t
+ev_first(const hev *h, size_t a, size_t b)
+{
+	bool lt = (h[b].t < h[a].t) | ((h[b].t == h[a].t) & (h[b].k < h[a].k));
+
+	return a ^ ((a ^ b) & -(size_t)lt);
+}
+
 /* Room for one more item; the heap starts 3 items into a 64-byte aligned
  * block, so that the children 4i+1 .. 4i+4 of any node share one line. */
 static int
@@ -638,10 +645,15 @@ pop(sim *s)
 
 		if (c >= n)
 			break;
-		end = c + 4 < n ? c + 4 : n;
-		for (j = c + 1; j < end; j++)
-			if (ev_less(&s->heap[j], &s->heap[c]))
-				c = j;
+		if (c + 4 <= n)		/* four children: no branch on them */
+			c = ev_first(s->heap, ev_first(s->heap, c, c + 1),
+			    ev_first(s->heap, c + 2, c + 3));
+		else {
+			end = n;
+			for (j = c + 1; j < end; j++)
+				if (ev_less(&s->heap[j], &s->heap[c]))
+					c = j;
+		}
 		if (!ev_less(&s->heap[c], &last))
 			break;
 		s->heap[i] = s->heap[c];
@@ -783,65 +795,71 @@ req_free(sim *s, uint32_t i)
 /* --- engine event times ---------------------------------------------------- */
 
 /*
- * The first of the eight earliest times t[0..8) (t 64-byte aligned): with
- * SSE2, the minimum of the eight and the first lane equal to it; without,
- * a scan keeping the first smaller.  The two agree (no time is NaN).
+ * The first of the eight earliest times t[0..8): a knockout of pairs, the
+ * left one (lower index) kept on a tie, so the first minimum wins as in a
+ * scan; three rounds instead of seven dependent steps, the round's times
+ * kept in registers, the winners picked by masks (each outcome is a coin
+ * toss to a branch predictor).
  */
+static inline double
+min2(double a, double b)
+{
+	return b < a ? b : a;
+}
+
+static inline unsigned
+pick(unsigned a, double ta, unsigned b, double tb)
+{
+	return a ^ ((a ^ b) & -(unsigned)(tb < ta));
+}
+
 static inline unsigned
 argmin8(const double *t)
 {
-#if defined(__SSE2__)
-	__m128d a0 = _mm_load_pd(t), a1 = _mm_load_pd(t + 2);
-	__m128d a2 = _mm_load_pd(t + 4), a3 = _mm_load_pd(t + 6);
-	__m128d m = _mm_min_pd(_mm_min_pd(a0, a1), _mm_min_pd(a2, a3));
-	unsigned mask;
+	double m01 = min2(t[0], t[1]), m23 = min2(t[2], t[3]);
+	double m45 = min2(t[4], t[5]), m67 = min2(t[6], t[7]);
+	unsigned i01 = t[1] < t[0], i23 = 2 + (t[3] < t[2]);
+	unsigned i45 = 4 + (t[5] < t[4]), i67 = 6 + (t[7] < t[6]);
+	unsigned i03 = pick(i01, m01, i23, m23), i47 = pick(i45, m45, i67, m67);
 
-	m = _mm_min_pd(m, _mm_unpackhi_pd(m, m));
-	m = _mm_unpacklo_pd(m, m);
-	mask = (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a0, m)) |
-	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a1, m)) << 2 |
-	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a2, m)) << 4 |
-	    (unsigned)_mm_movemask_pd(_mm_cmpeq_pd(a3, m)) << 6;
-	return (unsigned)__builtin_ctz(mask);
-#else
-	double bt = t[0];
-	unsigned j, b = 0;
-
-	for (j = 1; j < TREE_W; j++) {
-		bool lt = t[j] < bt;
-
-		b = lt ? j : b;
-		bt = lt ? t[j] : bt;
-	}
-	return b;
-#endif
+	return pick(i03, min2(m01, m23), i47, min2(m45, m67));
 }
 
 /*
  * Cluster i's next event time changed: replay its path of the tree, an
  * 8-ary tournament (two levels up to 64 clusters).  A node is the first
- * earliest of its eight children; children are in cluster order and empty
- * leaves (index NONE, at +inf) come last, so ties go to the lower cluster
- * index, as in a scan.  A node that comes out unchanged leaves every node
- * above it as it was, so the replay stops there.
+ * earliest of its eight children: the least (time, cluster index), since
+ * children are in cluster order and empty leaves (index NONE, at +inf)
+ * come last, as in a scan.  At each level the changed child either beats
+ * the node's winner (it becomes the winner), or held the winner and fell
+ * back (the eight are scanned), or neither (the node, and every one above
+ * it, stays: the replay stops).
  */
 static void
 tree_fix(sim *s, size_t i)
 {
 	double *tt = s->tt;
 	uint32_t *ti = s->ti;
-	size_t p = i, l;
+	size_t p = i, l, sh = 0;	/* a child holds 1 << sh leaves */
 
 	for (l = 1; l <= s->tlevels; l++) {
-		size_t c = s->toff[l - 1] + p / TREE_W * TREE_W, up;
+		size_t ch = s->toff[l - 1] + p, c, up;
+		double t = tt[ch];
 
-		c += argmin8(&tt[c]);
-		p /= TREE_W;
-		up = s->toff[l] + p;
+		up = s->toff[l] + p / TREE_W;
+		if (t < tt[up] || (t == tt[up] && ti[ch] <= ti[up]))
+			c = ch;
+		else if (ti[up] != NONE && ti[up] >> sh == p) {
+			c = s->toff[l - 1] + p / TREE_W * TREE_W;
+			c += argmin8(&tt[c]);
+		} else
+			return;
 		if (ti[up] == ti[c] && tt[up] == tt[c])
 			return;
 		tt[up] = tt[c];
 		ti[up] = ti[c];
+		p /= TREE_W;
+		sh += 3;
 	}
 }
 
@@ -1101,7 +1119,7 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		    eng_cached_prefix(s->cs[i].e, &q) : 0;
 		o->backlog = l.backlog;
 		o->tps = l.tps;
-		o->rtt_ms = s->sc->clusters[i].rtt_ms;
+		o->rtt_ms = s->rtt[i];
 		o->running = l.running;
 		o->slots = l.slots;
 		o->kv_free = l.kv_free;
@@ -1528,8 +1546,7 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 
 		if (!r->counted)
 			return;
-		ttft = info->first_token_ms - r->arrive +
-		    s->sc->clusters[r->cluster].rtt_ms;
+		ttft = info->first_token_ms - r->arrive + s->rtt[r->cluster];
 		s->res->completed++;
 		if (ttft <= s->sc->slo_ttft_ms)
 			s->res->good++;
@@ -1685,6 +1702,7 @@ sim_free(sim *s)
 	sg_fleet_free(s->fleet);
 	free(s->drained);
 	free(s->idlen);
+	free(s->rtt);
 	free(s->oc);
 	free(s->mark);
 	free(s->markhint);
@@ -1722,10 +1740,13 @@ setup_alloc(sim *s)
 	    (s->markhint = calloc(s->nc, sizeof(*s->markhint))) == NULL ||
 	    (s->ring = calloc(s->nc, sizeof(*s->ring))) == NULL ||
 	    (s->bk = calloc(BK_N, sizeof(*s->bk))) == NULL ||
-	    (s->idlen = calloc(s->nc, sizeof(*s->idlen))) == NULL)
+	    (s->idlen = calloc(s->nc, sizeof(*s->idlen))) == NULL ||
+	    (s->rtt = calloc(s->nc, sizeof(*s->rtt))) == NULL)
 		return sg_seterr(s->err, SG_ENOMEM, "out of memory");
-	for (i = 0; i < s->nc; i++)
+	for (i = 0; i < s->nc; i++) {
 		s->idlen[i] = strlen(sc->clusters[i].id);
+		s->rtt[i] = sc->clusters[i].rtt_ms;
+	}
 	for (i = 0; i < sc->nmodels; i++)
 		if ((s->cand[i] = calloc(s->nc, sizeof(size_t))) == NULL)
 			return sg_seterr(s->err, SG_ENOMEM, "out of memory");
