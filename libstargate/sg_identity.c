@@ -285,6 +285,8 @@ sg_identity_is_affinity_key(const char *s, size_t len)
 	return true;
 }
 
+/* name: lower case, starting with a letter (its first byte, folded,
+ * rules out most fields before strcasecmp). */
 static const char *
 header_get(const sg_header *hdrs, size_t nhdrs, const char *name)
 {
@@ -292,6 +294,8 @@ header_get(const sg_header *hdrs, size_t nhdrs, const char *name)
 
 	for (i = 0; i < nhdrs; i++)
 		if (hdrs[i].name != NULL && hdrs[i].value != NULL &&
+		    ((unsigned char)hdrs[i].name[0] | 0x20) ==
+		    (unsigned char)name[0] &&
 		    strcasecmp(hdrs[i].name, name) == 0)
 			return hdrs[i].value;
 	return NULL;
