@@ -1,18 +1,20 @@
 /*
  * sg_lckey.c — last-cluster store keys and cluster id validation.
  *
- * The key is a SHA-256 (libsodium) over length-prefixed fields so that no
- * two different (routing key, model, affinity key) triples can collide by
+ * The key is a SHA-256 over length-prefixed fields so that no two
+ * different (routing key, model, affinity key) triples can collide by
  * shifting bytes between fields; the raw fields never leave this function.
+ * The hash is sg_sha256 (the processor's SHA extensions where it has them:
+ * a key is made per request, and the portable hash of its two blocks cost
+ * more than the rest of the store's work for the request).
  */
 #include <string.h>
 
-#include <sodium.h>
-
+#include "sg_sha256.h"
 #include "sg_store.h"
 
 static void
-put_field(crypto_hash_sha256_state *st, const char *s, size_t len)
+put_field(sg_sha256_ctx *st, const char *s, size_t len)
 {
 	unsigned char be[8];
 	uint64_t n = (uint64_t)len;
@@ -22,9 +24,9 @@ put_field(crypto_hash_sha256_state *st, const char *s, size_t len)
 		be[i] = (unsigned char)(n & 0xff);
 		n >>= 8;
 	}
-	crypto_hash_sha256_update(st, be, sizeof(be));
+	sg_sha256_update(st, be, sizeof(be));
 	if (len > 0)
-		crypto_hash_sha256_update(st, (const unsigned char *)s, len);
+		sg_sha256_update(st, s, len);
 }
 
 int
@@ -32,20 +34,19 @@ sg_lc_key(char out[SG_LC_KEY_LEN + 1], const char *routing_key, size_t rk_len,
     const char *model, size_t model_len, const char *affinity_key,
     size_t ak_len)
 {
-	crypto_hash_sha256_state st;
-	unsigned char digest[crypto_hash_sha256_BYTES];
+	sg_sha256_ctx st;
+	unsigned char digest[SG_SHA256_BYTES];
 	size_t plen = sizeof(SG_LC_KEY_PREFIX) - 1;
 
 	if (out == NULL || (routing_key == NULL && rk_len > 0) ||
 	    (model == NULL && model_len > 0) ||
 	    (affinity_key == NULL && ak_len > 0))
 		return SG_EINVAL;
-	/* crypto_hash_sha256_* need no sodium_init(): no RNG involved. */
-	crypto_hash_sha256_init(&st);
+	sg_sha256_init(&st);
 	put_field(&st, routing_key, rk_len);
 	put_field(&st, model, model_len);
 	put_field(&st, affinity_key, ak_len);
-	crypto_hash_sha256_final(&st, digest);
+	sg_sha256_final(&st, digest);
 	memcpy(out, SG_LC_KEY_PREFIX, plen);
 	sg_hex(out + plen, digest, sizeof(digest));
 	out[SG_LC_KEY_LEN] = '\0';
