@@ -708,6 +708,216 @@ test_stale_cache_hint_is_ignored(void **state)
 	eng_free(e);
 }
 
+/* The LRU order is the order of last use: admission touches an entry, so
+ * entries used again outlive older ones, and evictions go oldest first. */
+static void
+test_lru_evicts_in_order_of_last_use(void **state)
+{
+	static const uint64_t keys[] = { 0xA1, 0xB1, 0xC1, 0xD1, 0xE1 };
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	size_t i;
+
+	(void)state;
+	cfg_simple(&c, 1, 55);		/* five entries of 10 + 1 tokens */
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 10;
+	r.output_tokens = 1;
+	for (i = 0; i < 5; i++) {
+		r.key = keys[i];
+		assert_int_equal(eng_submit(e, (double)i * 100, &r, &h), 0);
+		eng_advance(e, INFINITY);
+	}
+	/* Use B and D again: the order, oldest first, is A C E B D. */
+	r.key = 0xB1;
+	assert_int_equal(eng_submit(e, 1000, &r, &h), 0);
+	r.key = 0xD1;
+	assert_int_equal(eng_submit(e, 1000, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	/* Each new key evicts the oldest: A, then C, then E. */
+	r.key = 0xF1;
+	assert_int_equal(eng_submit(e, 2000, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	r.key = 0xA1;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	r.key = 0xC1;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	r.key = 0xF2;
+	assert_int_equal(eng_submit(e, 3000, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	r.key = 0xC1;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	r.key = 0xE1;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	r.key = 0xF3;
+	assert_int_equal(eng_submit(e, 4000, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	r.key = 0xE1;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	/* B, D and the three new keys remain. */
+	r.key = 0xB1;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	r.key = 0xD1;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	assert_int_equal(eng_counters_get(e)->evicted_entries, 3);
+	assert_int_equal(eng_kv_used(e), 55);
+	eng_free(e);
+}
+
+/* An evicted entry's record is reused by the next new key: the new key is
+ * found (by its hint, the reused entry, or by the index), the old key is
+ * not, even through its old hint. */
+static void
+test_kv_entry_reused_after_eviction(void **state)
+{
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h, ea, ec;
+
+	(void)state;
+	cfg_simple(&c, 1, 22);		/* two entries of 10 + 1 tokens */
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 10;
+	r.output_tokens = 1;
+	r.key = 0xA1;
+	assert_int_equal(eng_submit(e, 0, &r, &h), 0);
+	ea = eng_peek(e, h)->entry;
+	eng_advance(e, INFINITY);
+	r.key = 0xB1;
+	assert_int_equal(eng_submit(e, 100, &r, &h), 0);
+	eng_advance(e, INFINITY);
+	/* C's admission finds no room only at its prefill's end: A, the
+	 * least recent, is evicted then, after C took a new entry. */
+	r.key = 0xC1;
+	assert_int_equal(eng_submit(e, 200, &r, &h), 0);
+	ec = eng_peek(e, h)->entry;
+	assert_true(ec != ea);
+	eng_advance(e, INFINITY);
+	/* D takes A's freed entry. */
+	r.key = 0xD1;
+	assert_int_equal(eng_submit(e, 300, &r, &h), 0);
+	assert_int_equal(eng_peek(e, h)->entry, ea);
+	eng_advance(e, INFINITY);
+	r.hint = ea;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);	/* D by hint */
+	r.hint = 0;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);	/* D by index */
+	r.key = 0xA1;
+	r.hint = ea;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	r.hint = 0;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	r.key = 0xC1;
+	r.hint = ec;
+	assert_int_equal(eng_cached_prefix(e, &r), 10);
+	assert_int_equal(eng_counters_get(e)->evicted_entries, 2);
+	eng_free(e);
+}
+
+/* The index finds every key after it has grown many times (it rehashes
+ * from the hashes it keeps, not from the entries), and no absent key. */
+static void
+test_cache_index_grows_and_finds_every_key(void **state)
+{
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	uint64_t k;
+
+	(void)state;
+	cfg_simple(&c, 4, 1u << 30);
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 3;
+	r.output_tokens = 1;
+	for (k = 1; k <= 5000; k++) {
+		r.key = k * 0x9e3779b97f4a7c15ULL;
+		assert_int_equal(eng_submit(e, (double)k, &r, &h), 0);
+		if (k % 4 == 0)
+			eng_advance(e, INFINITY);
+	}
+	eng_advance(e, INFINITY);
+	for (k = 1; k <= 5000; k++) {
+		r.key = k * 0x9e3779b97f4a7c15ULL;
+		assert_int_equal(eng_cached_prefix(e, &r), 3);
+		r.key = (k + 5000) * 0x9e3779b97f4a7c15ULL;
+		assert_int_equal(eng_cached_prefix(e, &r), 0);
+	}
+	assert_int_equal(eng_kv_used(e), 5000 * 4);
+	eng_free(e);
+}
+
+/* Callbacks that add requests while being called. */
+typedef struct grow_ctx {
+	eng		*e;
+	int		 first, done;
+	const eng_info	*seen;		/* what the first callback was given */
+	double		 next_in_cb;
+	bool		 same;
+} grow_ctx;
+
+static void
+grow_cb(void *ctx, uint32_t h, int kind, const eng_info *info)
+{
+	grow_ctx *g = ctx;
+	eng_req r = { .input_tokens = 10, .output_tokens = 1 };
+	uint32_t h2;
+	int i;
+
+	(void)h;
+	if (kind == ENG_DONE) {
+		g->done++;
+		return;
+	}
+	if (g->first++ > 0)
+		return;
+	g->seen = info;
+	g->next_in_cb = eng_next_event(g->e);
+	/* 300 more records: the pool grows by several chunks. */
+	for (i = 0; i < 300; i++) {
+		r.udata = (void *)(intptr_t)(100 + i);
+		assert_int_equal(eng_submit(g->e, info->first_token_ms, &r,
+		    &h2), 0);
+	}
+	g->same = info->udata == (void *)(intptr_t)1 &&
+	    info->input_tokens == 500 && info->first_token_ms == 500 &&
+	    eng_peek(g->e, h) == info;
+}
+
+/* A callback is handed the request's own numbers; records never move, so
+ * they stay valid while the callback submits enough requests to grow the
+ * record pool; the next event's time is current inside the callback. */
+static void
+test_record_pool_grows_without_moving_records(void **state)
+{
+	eng_config c;
+	grow_ctx g;
+	eng *e;
+
+	(void)state;
+	memset(&g, 0, sizeof(g));
+	cfg_simple(&c, 1, 0);
+	assert_int_equal(eng_new(&e, &c, grow_cb, &g, NULL), 0);
+	g.e = e;
+	/* 500 tokens: first token at 500; 2 more at 10 tps: done at 700. */
+	submit(e, 0, 0, 500, 3, 1);
+	run_all(e);
+	assert_true(g.same);
+	assert_non_null(g.seen);
+	assert_near(g.next_in_cb, 700, 1e-9);
+	assert_int_equal(g.first, 301);
+	assert_int_equal(g.done, 301);
+	assert_int_equal(eng_counters_get(e)->requests_done, 301);
+	assert_true(isinf(eng_next_event(e)));
+	eng_free(e);
+}
+
 int
 main(void)
 {
@@ -733,6 +943,10 @@ main(void)
 		cmocka_unit_test(test_bad_config_names_the_field),
 		cmocka_unit_test(test_cache_index_survives_insert_evict_churn),
 		cmocka_unit_test(test_stale_cache_hint_is_ignored),
+		cmocka_unit_test(test_lru_evicts_in_order_of_last_use),
+		cmocka_unit_test(test_kv_entry_reused_after_eviction),
+		cmocka_unit_test(test_cache_index_grows_and_finds_every_key),
+		cmocka_unit_test(test_record_pool_grows_without_moving_records),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

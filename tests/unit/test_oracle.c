@@ -196,6 +196,71 @@ test_pick_most_equals_two_picks(void **state)
 	}
 }
 
+/* The order of oracle.h written out plainly: does x beat y? */
+static bool
+ref_better(int obj, const orc_cand *x, const orc_cand *y, uint64_t input)
+{
+	uint64_t cx = x->cached < input ? x->cached : input;
+	uint64_t cy = y->cached < input ? y->cached : input;
+	bool ix = x->slots == 0 || x->running < x->slots;
+	bool iy = y->slots == 0 || y->running < y->slots;
+	double tx = orc_ttft_ms(x, input), ty = orc_ttft_ms(y, input);
+
+	if (obj == ORC_KV_FIRST) {
+		if (cx != cy)
+			return cx > cy;
+		if (ix != iy)
+			return ix;
+		if (x->kv_free / 16384 != y->kv_free / 16384)
+			return x->kv_free / 16384 > y->kv_free / 16384;
+	}
+	if (tx != ty)
+		return tx < ty;
+	if (cx != cy)
+		return cx > cy;
+	if (x->running != y->running)
+		return x->running < y->running;
+	return x->kv_free > y->kv_free;
+}
+
+/* The one-pass choice (keys computed once, the best kept by pointer) is the
+ * first candidate no later one beats, under both objectives, with free
+ * tokens inside and across buckets. */
+static void
+test_pick_matches_the_documented_order(void **state)
+{
+	orc_cand c[16];
+	uint64_t x = 11;
+	int round, obj;
+
+	(void)state;
+	for (round = 0; round < 20000; round++) {
+		size_t n = 1 + lcg(&x) % 16, i;
+		uint64_t input = 1 + lcg(&x) % 4, mq = lcg(&x) % 3;
+		long want, most;
+
+		for (i = 0; i < n; i++) {
+			c[i] = cand(lcg(&x) % 4, lcg(&x) % 3, 1000, (double)(
+			    lcg(&x) % 2), lcg(&x) % 6, lcg(&x) % 5);
+			c[i].kv_free = (lcg(&x) % 3) * 16384 + lcg(&x) % 3 *
+			    8000;
+			c[i].eligible = lcg(&x) % 8 != 0;
+		}
+		for (obj = ORC_TTFT_FIRST; obj <= ORC_KV_FIRST; obj++) {
+			want = -1;
+			for (i = 0; i < n; i++)
+				if (c[i].eligible &&
+				    orc_has_capacity(&c[i], mq) && (want < 0 ||
+				    ref_better(obj, &c[i], &c[want], input)))
+					want = (long)i;
+			assert_int_equal(orc_pick(c, n, input, mq, obj, NULL),
+			    want);
+			assert_int_equal(orc_pick_most(c, n, input, mq, obj,
+			    &most), want);
+		}
+	}
+}
+
 /* The oracle's load read (eng_load_get) gives eng_cluster's numbers, in
  * the middle of a prefill too (both models). */
 static void
@@ -294,6 +359,7 @@ main(void)
 		cmocka_unit_test(
 		    test_engine_probe_reads_the_cache_without_changing_it),
 		cmocka_unit_test(test_pick_most_equals_two_picks),
+		cmocka_unit_test(test_pick_matches_the_documented_order),
 		cmocka_unit_test(test_engine_load_equals_cluster_fields),
 	};
 

@@ -1,20 +1,34 @@
 /*
  * engine.c — the inference-engine model (see engine.h for what is modelled).
  *
- * Layout: request records live in one pool indexed by handle (a free list
- * threads unused records); the FIFO queue and the simple model's prefill
- * queue are singly linked lists through the records; decoding sequences of
- * the simple model sit in a binary min-heap ordered by (done time, sequence
- * number); the step model keeps its admitted sequences in an array in
- * admission order.  The KV cache is an entry pool with an intrusive LRU list
- * and an open-addressing (linear probing, backward-shift delete) index whose
- * slots hold their keys; a caller that remembers a key's entry (eng_info
- * .entry, passed back as eng_req.hint) skips the index when the entry still
- * holds that key (removed entries hold key 0).
+ * Layout, for a caller that drives dozens of engines at random (sg-sim), so
+ * that one event touches few cache lines:
+ *
+ *  - The engine's first cache line holds what eng_next_event and the load
+ *    reads (eng_load_get) need: the next event's time, kept current by every
+ *    change (renext), the prefill in progress and the queue's counts; the
+ *    second line the cache's totals and the configuration the hot paths read.
+ *  - Request records live in chunks of RC_N that never move (the pool grows
+ *    by adding a chunk, no realloc, no copy), so a callback is handed the
+ *    record's own eng_info, not a copy; a free list threads unused records.
+ *    The FIFO queue and the simple model's prefill queue are singly linked
+ *    lists through the records; decoding sequences of the simple model sit in
+ *    a binary min-heap ordered by (done time, sequence number); the step
+ *    model keeps its admitted sequences in an array in admission order.
+ *  - The KV cache is a structure of arrays: per entry its key and token
+ *    count (16 bytes: what a lookup reads) apart from its LRU links and pin
+ *    count (12 bytes: what a touch or an eviction reads).  The LRU list is
+ *    intrusive, doubly linked by 32-bit indices.  The index is open
+ *    addressing (linear probing, backward-shift delete) over 8-byte slots, a
+ *    32-bit hash of the key beside the entry index: a probe reads the table
+ *    alone and touches the entry only when the hashes match, and deletion and
+ *    growth never read an entry.  A caller that remembers a key's entry
+ *    (eng_info.entry, passed back as eng_req.hint) skips the index when the
+ *    entry still holds that key (removed entries hold key 0).
  *
  * Reentrancy: callbacks may submit to or cancel on the same engine, which can
- * grow the record pool.  Every handler therefore finishes its state changes
- * before it calls back, and re-reads record pointers after a callback.
+ * add records.  Every handler therefore finishes its state changes (and the
+ * next event's time) before it calls back.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,7 +40,6 @@
 enum { RS_FREE = 0, RS_WAIT, RS_RUN, RS_DONE };
 
 typedef struct rec {
-	eng_info	 info;
 	uint64_t	 key;
 	const uint64_t	*blocks;
 	uint32_t	 nblocks;
@@ -37,74 +50,104 @@ typedef struct rec {
 	uint64_t	 step_assign;	/* step model: prefill tokens this step */
 	double		 pstart;	/* simple model: prefill start */
 	double		 pend;		/* simple model: prefill end */
+	uint64_t	 hseq;		/* simple model: decode heap push order */
 	uint8_t		 state;
 	bool		 cancelled;
 	bool		 first_done;
 	bool		 step_in;	/* step model: prefill part of this step */
 	bool		 step_decode;	/* step model: decodes in this step */
+	eng_info	 info;
 } rec;
 
-typedef struct kv_entry {
-	uint64_t	key;
-	uint64_t	tokens;
-	uint32_t	prev, next;	/* LRU list: head = most recent */
-	uint32_t	pin;
-} kv_entry;
+/* Records per chunk of the record pool. */
+#define RC_SHIFT	6
+#define RC_N		(1u << RC_SHIFT)
 
-/* An index slot: the entry's key beside its index, so that a probe reads
- * the table alone (one cache line) and touches the entry only on a hit. */
+/* What a lookup reads of an entry. */
+typedef struct kv_hot {
+	uint64_t	key;		/* 0: free */
+	uint64_t	tokens;
+} kv_hot;
+
+/* What the LRU list and pinning read. */
+typedef struct kv_link {
+	uint32_t	prev, next;	/* LRU list: head = most recent; next
+					   threads the free list */
+	uint32_t	pin;
+} kv_link;
+
+/* An index slot: a 32-bit hash of the entry's key beside its index. */
 typedef struct kv_slot {
-	uint64_t	key;
+	uint32_t	h;
 	uint32_t	x;		/* entry index or ENG_NONE */
 } kv_slot;
 
 typedef struct kvcache {
 	uint64_t	 cap, used;
-	kv_entry	*ent;
-	uint32_t	 nent, entcap, free_head;
-	uint32_t	 head, tail;
+	kv_hot		*hot;
+	kv_link		*lk;
 	kv_slot		*tab;
 	uint32_t	 tabmask;	/* size - 1; size is a power of two */
 	uint32_t	 count;
+	uint32_t	 nent, entcap, free_head;
+	uint32_t	 head, tail;
 } kvcache;
 
+/* The decode heap is 4-ary; its items are 16 bytes and the array starts
+ * three items into a cache line, so that the four children of an item share
+ * one line.  The push order that breaks ties is kept in the record. */
 typedef struct heap_item {
 	double		t;
-	uint64_t	seq;
 	uint32_t	h;
+	uint32_t	unused;
 } heap_item;
 
+#define HEAP_SKEW	3
+
+typedef struct win_sample {
+	uint64_t	tokens;
+	double		ms;
+} win_sample;
+
 struct eng {
-	eng_config	 cfg;
-	eng_cb		*cb;
-	void		*ctx;
-	double		 now;
-	bool		 in_advance;
-
-	rec		*r;
-	uint32_t	 nrec, reccap, free_head;
-
-	/* FIFO queue */
-	uint32_t	 wq_head, wq_tail;
-	uint32_t	 nwait;		/* not cancelled */
-	uint64_t	 wait_tokens;
-
-	uint32_t	 nadm;		/* admitted (holding a slot) */
-	uint32_t	 npre;		/* admitted, before the first token */
-	uint32_t	 held;
-	uint64_t	 adm_tokens;	/* input tokens of admitted requests */
-
-	/* simple model */
-	uint32_t	 pq_head, pq_tail;	/* prefill FIFO; head in progress */
-	bool		 pref_busy;
-	/* while pref_busy: the head's pstart, pend and uncached tokens (a
-	 * copy in the engine, so that load and next-event reads do not
-	 * touch its record) */
+	/* line 0: next event and load */
+	double		 next_t;	/* eng_next_event */
+	/* while pref_busy: the prefill in progress (the head of the prefill
+	 * FIFO): its start, end and uncached tokens */
 	double		 pref_start, pref_end;
 	uint64_t	 pref_unc;
 	uint64_t	 pref_tokens;	/* uncached tokens in the prefill FIFO */
-	heap_item	*heap;
-	uint32_t	 nheap, heapcap;
+	uint64_t	 wait_tokens;	/* input tokens of waiting requests */
+	uint32_t	 nadm;		/* admitted (holding a slot) */
+	uint32_t	 held;
+	uint32_t	 nwait;		/* waiting, not cancelled */
+	uint32_t	 npre;		/* admitted, before the first token */
+
+	/* line 1 */
+	double		 max_tps;
+	uint32_t	 slots;
+	bool		 step_model;
+	bool		 pref_busy;
+	bool		 in_advance;
+	kvcache		 kv;
+
+	double		 now;
+	uint64_t	 adm_tokens;	/* input tokens of admitted requests */
+	eng_cb		*cb;
+	void		*ctx;
+
+	rec		**rch;		/* record chunks */
+	uint32_t	 nrch, rchcap;
+	uint32_t	 nrec, free_head;
+
+	/* FIFO queue */
+	uint32_t	 wq_head, wq_tail;
+
+	/* simple model */
+	uint32_t	 pq_head, pq_tail;	/* prefill FIFO; head in progress */
+	heap_item	*heap;		/* heapmem + HEAP_SKEW; slots items */
+	heap_item	*heapmem;
+	uint32_t	 nheap;
 	uint64_t	 seq;
 
 	/* step model */
@@ -118,17 +161,16 @@ struct eng {
 	double		 step_dur;
 
 	/* last_mean_input_tps window */
-	uint64_t	*win_tok;
-	double		*win_ms;
+	win_sample	*win;
 	uint32_t	 win_n, win_pos;
 	uint64_t	 win_tok_sum;
 	double		 win_ms_sum;
 
-	kvcache		 kv;
+	eng_config	 cfg;
 	eng_counters	 ctr;
 };
 
-#define R(e, h)	(&(e)->r[(h)])
+#define R(e, h)	(&(e)->rch[(h) >> RC_SHIFT][(h) & (RC_N - 1)])
 
 /* --- small helpers --------------------------------------------------------- */
 
@@ -179,6 +221,13 @@ grow_array(void **p, uint32_t *cap, size_t elem, uint32_t want)
 
 /* --- KV cache -------------------------------------------------------------- */
 
+/* The index's 32-bit hash of a key; its low bits are the home slot. */
+static uint32_t
+kv_hash(uint64_t key)
+{
+	return (uint32_t)(mix64(key) >> 32);
+}
+
 static int
 kv_init(kvcache *kv, uint64_t cap)
 {
@@ -199,21 +248,22 @@ kv_init(kvcache *kv, uint64_t cap)
 static void
 kv_fini(kvcache *kv)
 {
-	free(kv->ent);
+	free(kv->hot);
+	free(kv->lk);
 	free(kv->tab);
 }
 
 static uint32_t
 kv_find(const kvcache *kv, uint64_t key)
 {
-	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
+	uint32_t h = kv_hash(key), i = h & kv->tabmask;
 
 	for (;;) {
 		const kv_slot *t = &kv->tab[i];
 
 		if (t->x == ENG_NONE)
 			return ENG_NONE;
-		if (t->key == key)
+		if (t->h == h && kv->hot[t->x].key == key)
 			return t->x;
 		i = (i + 1) & kv->tabmask;
 	}
@@ -224,40 +274,39 @@ kv_find(const kvcache *kv, uint64_t key)
 static uint32_t
 kv_find_hint(const kvcache *kv, uint64_t key, uint32_t hint)
 {
-	if (hint != 0 && hint - 1 < kv->nent && kv->ent[hint - 1].key == key)
+	if (hint != 0 && hint - 1 < kv->nent && kv->hot[hint - 1].key == key)
 		return hint - 1;
 	return kv_find(kv, key);
 }
 
 static void
-kv_tab_put(kvcache *kv, uint64_t key, uint32_t x)
+kv_tab_put(kv_slot *tab, uint32_t mask, uint32_t h, uint32_t x)
 {
-	uint32_t i = (uint32_t)mix64(key) & kv->tabmask;
+	uint32_t i = h & mask;
 
-	while (kv->tab[i].x != ENG_NONE)
-		i = (i + 1) & kv->tabmask;
-	kv->tab[i].key = key;
-	kv->tab[i].x = x;
+	while (tab[i].x != ENG_NONE)
+		i = (i + 1) & mask;
+	tab[i].h = h;
+	tab[i].x = x;
 }
 
+/* Double the index, rehashing from the slots' own hashes. */
 static int
 kv_tab_grow(kvcache *kv)
 {
 	uint32_t size = (kv->tabmask + 1) * 2, i;
 	uint32_t oldsize = kv->tabmask + 1;
-	kv_slot *old = kv->tab;
+	kv_slot *old = kv->tab, *tab;
 
-	kv->tab = malloc((size_t)size * sizeof(*kv->tab));
-	if (kv->tab == NULL) {
-		kv->tab = old;
+	if ((tab = malloc((size_t)size * sizeof(*tab))) == NULL)
 		return ENOMEM;
-	}
 	for (i = 0; i < size; i++)
-		kv->tab[i].x = ENG_NONE;
-	kv->tabmask = size - 1;
+		tab[i].x = ENG_NONE;
 	for (i = 0; i < oldsize; i++)
 		if (old[i].x != ENG_NONE)
-			kv_tab_put(kv, old[i].key, old[i].x);
+			kv_tab_put(tab, size - 1, old[i].h, old[i].x);
+	kv->tab = tab;
+	kv->tabmask = size - 1;
 	free(old);
 	return 0;
 }
@@ -265,19 +314,20 @@ kv_tab_grow(kvcache *kv)
 static void
 kv_tab_del(kvcache *kv, uint32_t x)
 {
-	uint32_t i = (uint32_t)mix64(kv->ent[x].key) & kv->tabmask, j;
+	uint32_t mask = kv->tabmask;
+	uint32_t i = kv_hash(kv->hot[x].key) & mask, j;
+	kv_slot *tab = kv->tab;
 
-	while (kv->tab[i].x != x)
-		i = (i + 1) & kv->tabmask;
-	kv->tab[i].x = ENG_NONE;
+	while (tab[i].x != x)
+		i = (i + 1) & mask;
+	tab[i].x = ENG_NONE;
 	/* Backward shift: pull later members of the probe run into the hole. */
-	for (j = (i + 1) & kv->tabmask; kv->tab[j].x != ENG_NONE;
-	    j = (j + 1) & kv->tabmask) {
-		uint32_t home = (uint32_t)mix64(kv->tab[j].key) & kv->tabmask;
+	for (j = (i + 1) & mask; tab[j].x != ENG_NONE; j = (j + 1) & mask) {
+		uint32_t home = tab[j].h & mask;
 
-		if (((j - home) & kv->tabmask) >= ((j - i) & kv->tabmask)) {
-			kv->tab[i] = kv->tab[j];
-			kv->tab[j].x = ENG_NONE;
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			tab[i] = tab[j];
+			tab[j].x = ENG_NONE;
 			i = j;
 		}
 	}
@@ -286,27 +336,27 @@ kv_tab_del(kvcache *kv, uint32_t x)
 static void
 kv_unlink(kvcache *kv, uint32_t x)
 {
-	kv_entry *en = &kv->ent[x];
+	kv_link *l = &kv->lk[x];
 
-	if (en->prev != ENG_NONE)
-		kv->ent[en->prev].next = en->next;
+	if (l->prev != ENG_NONE)
+		kv->lk[l->prev].next = l->next;
 	else
-		kv->head = en->next;
-	if (en->next != ENG_NONE)
-		kv->ent[en->next].prev = en->prev;
+		kv->head = l->next;
+	if (l->next != ENG_NONE)
+		kv->lk[l->next].prev = l->prev;
 	else
-		kv->tail = en->prev;
+		kv->tail = l->prev;
 }
 
 static void
 kv_push_front(kvcache *kv, uint32_t x)
 {
-	kv_entry *en = &kv->ent[x];
+	kv_link *l = &kv->lk[x];
 
-	en->prev = ENG_NONE;
-	en->next = kv->head;
+	l->prev = ENG_NONE;
+	l->next = kv->head;
 	if (kv->head != ENG_NONE)
-		kv->ent[kv->head].prev = x;
+		kv->lk[kv->head].prev = x;
 	kv->head = x;
 	if (kv->tail == ENG_NONE)
 		kv->tail = x;
@@ -326,12 +376,31 @@ kv_remove(kvcache *kv, uint32_t x)
 {
 	kv_tab_del(kv, x);
 	kv_unlink(kv, x);
-	kv->used -= kv->ent[x].tokens;
-	kv->ent[x].tokens = 0;
-	kv->ent[x].key = 0;		/* no hint finds it */
-	kv->ent[x].next = kv->free_head;
+	kv->used -= kv->hot[x].tokens;
+	kv->hot[x].tokens = 0;
+	kv->hot[x].key = 0;		/* no hint finds it */
+	kv->lk[x].next = kv->free_head;
 	kv->free_head = x;
 	kv->count--;
+}
+
+/* Room for one more entry in both arrays. */
+static int
+kv_ent_grow(kvcache *kv)
+{
+	uint32_t cap = kv->entcap;
+	kv_link *lk;
+
+	if (grow_array((void **)&kv->hot, &cap, sizeof(*kv->hot),
+	    kv->nent + 1) != 0)
+		return ENOMEM;
+	if (cap == kv->entcap)
+		return 0;
+	if ((lk = realloc(kv->lk, (size_t)cap * sizeof(*lk))) == NULL)
+		return ENOMEM;	/* hot is larger; entcap stays: retried */
+	kv->lk = lk;
+	kv->entcap = cap;
+	return 0;
 }
 
 /* New entry with 0 tokens at the front; ENG_NONE on ENOMEM. */
@@ -345,17 +414,16 @@ kv_insert(kvcache *kv, uint64_t key)
 		return ENG_NONE;
 	if (kv->free_head != ENG_NONE) {
 		x = kv->free_head;
-		kv->free_head = kv->ent[x].next;
+		kv->free_head = kv->lk[x].next;
 	} else {
-		if (grow_array((void **)&kv->ent, &kv->entcap,
-		    sizeof(*kv->ent), kv->nent + 1) != 0)
+		if (kv->nent == kv->entcap && kv_ent_grow(kv) != 0)
 			return ENG_NONE;
 		x = kv->nent++;
 	}
-	kv->ent[x].key = key;
-	kv->ent[x].tokens = 0;
-	kv->ent[x].pin = 0;
-	kv_tab_put(kv, key, x);
+	kv->hot[x].key = key;
+	kv->hot[x].tokens = 0;
+	kv->lk[x].pin = 0;
+	kv_tab_put(kv->tab, kv->tabmask, kv_hash(key), x);
 	kv_push_front(kv, x);
 	kv->count++;
 	return x;
@@ -373,24 +441,26 @@ kv_grow(eng *e, uint32_t x, uint64_t want, eng_info *info)
 	uint64_t need, fit;
 	uint32_t y;
 
-	if (want <= kv->ent[x].tokens)
+	if (want <= kv->hot[x].tokens)
 		return;
-	need = want - kv->ent[x].tokens;
+	need = want - kv->hot[x].tokens;
 	y = kv->tail;
 	while (kv->cap - kv->used < need && y != ENG_NONE) {
-		uint32_t prev = kv->ent[y].prev;
+		uint32_t prev = kv->lk[y].prev;
 
-		if (y != x && kv->ent[y].pin == 0) {
+		if (y != x && kv->lk[y].pin == 0) {
+			uint64_t tok = kv->hot[y].tokens;
+
 			info->evicted_entries++;
-			info->evicted_tokens += kv->ent[y].tokens;
+			info->evicted_tokens += tok;
 			e->ctr.evicted_entries++;
-			e->ctr.evicted_tokens += kv->ent[y].tokens;
+			e->ctr.evicted_tokens += tok;
 			kv_remove(kv, y);
 		}
 		y = prev;
 	}
 	fit = kv->cap - kv->used < need ? kv->cap - kv->used : need;
-	kv->ent[x].tokens += fit;
+	kv->hot[x].tokens += fit;
 	kv->used += fit;
 }
 
@@ -400,19 +470,30 @@ static uint32_t
 rec_alloc(eng *e)
 {
 	uint32_t h;
+	rec *q;
 
 	if (e->free_head != ENG_NONE) {
 		h = e->free_head;
 		e->free_head = R(e, h)->next;
 	} else {
-		if (grow_array((void **)&e->r, &e->reccap, sizeof(*e->r),
-		    e->nrec + 1) != 0)
+		if (e->nrec == UINT32_MAX - 1)
 			return ENG_NONE;
+		if (e->nrec == e->nrch * RC_N) {
+			/* A new chunk: records already handed out stay. */
+			if (grow_array((void **)&e->rch, &e->rchcap,
+			    sizeof(*e->rch), e->nrch + 1) != 0)
+				return ENG_NONE;
+			if ((e->rch[e->nrch] = malloc(RC_N * sizeof(rec))) ==
+			    NULL)
+				return ENG_NONE;
+			e->nrch++;
+		}
 		h = e->nrec++;
 	}
-	memset(R(e, h), 0, sizeof(rec));
-	R(e, h)->next = ENG_NONE;
-	R(e, h)->entry = ENG_NONE;
+	q = R(e, h);
+	memset(q, 0, sizeof(*q));
+	q->next = ENG_NONE;
+	q->entry = ENG_NONE;
 	return h;
 }
 
@@ -434,21 +515,20 @@ tps_sample(eng *e, uint64_t tokens, double ms)
 	if (tokens == 0 || !(ms > 0))
 		return;
 	if (e->win_n == w) {
-		e->win_tok_sum -= e->win_tok[e->win_pos];
-		e->win_ms_sum -= e->win_ms[e->win_pos];
+		e->win_tok_sum -= e->win[e->win_pos].tokens;
+		e->win_ms_sum -= e->win[e->win_pos].ms;
 	} else
 		e->win_n++;
-	e->win_tok[e->win_pos] = tokens;
-	e->win_ms[e->win_pos] = ms;
+	e->win[e->win_pos].tokens = tokens;
+	e->win[e->win_pos].ms = ms;
 	e->win_tok_sum += tokens;
 	e->win_ms_sum += ms;
 	e->win_pos = (e->win_pos + 1) % w;
 }
 
 static double
-max_tps(const eng *e)
+max_tps_of(const eng_config *c)
 {
-	const eng_config *c = &e->cfg;
 
 	if (c->step_model)
 		return (double)c->max_batched_tokens * 1000.0 /
@@ -461,7 +541,7 @@ static double
 mean_tps(const eng *e)
 {
 	if (e->win_n == 0 || !(e->win_ms_sum > 0))
-		return max_tps(e);
+		return e->max_tps;
 	return (double)e->win_tok_sum * 1000.0 / e->win_ms_sum;
 }
 
@@ -481,8 +561,8 @@ cache_admit(eng *e, rec *q)
 				x = kv_insert(&e->kv, q->key);
 			if (x != ENG_NONE) {
 				kv_touch(&e->kv, x);
-				e->kv.ent[x].pin++;
-				cached = e->kv.ent[x].tokens;
+				e->kv.lk[x].pin++;
+				cached = e->kv.hot[x].tokens;
 				q->entry = x;
 				q->info.entry = x + 1;
 			}
@@ -492,7 +572,7 @@ cache_admit(eng *e, rec *q)
 				if (x == ENG_NONE)
 					break;
 				kv_touch(&e->kv, x);
-				cached += e->kv.ent[x].tokens;
+				cached += e->kv.hot[x].tokens;
 			}
 		}
 	}
@@ -529,7 +609,7 @@ cache_prefilled(eng *e, rec *q)
 			if (x == ENG_NONE)
 				break;
 			kv_grow(e, x, e->cfg.block_tokens, &q->info);
-			if (e->kv.ent[x].tokens < e->cfg.block_tokens) {
+			if (e->kv.hot[x].tokens < e->cfg.block_tokens) {
 				kv_remove(&e->kv, x);
 				break;
 			}
@@ -551,8 +631,8 @@ cache_done(eng *e, rec *q)
 	if (x == ENG_NONE)
 		return;
 	kv_grow(e, x, q->info.input_tokens + q->info.output_tokens, &q->info);
-	e->kv.ent[x].pin--;
-	if (e->kv.ent[x].tokens == 0 && e->kv.ent[x].pin == 0)
+	e->kv.lk[x].pin--;
+	if (e->kv.hot[x].tokens == 0 && e->kv.lk[x].pin == 0)
 		kv_remove(&e->kv, x);
 	q->entry = ENG_NONE;
 }
@@ -565,23 +645,59 @@ cache_unpin(eng *e, rec *q)
 
 	if (x == ENG_NONE)
 		return;
-	e->kv.ent[x].pin--;
-	if (e->kv.ent[x].tokens == 0 && e->kv.ent[x].pin == 0)
+	e->kv.lk[x].pin--;
+	if (e->kv.hot[x].tokens == 0 && e->kv.lk[x].pin == 0)
 		kv_remove(&e->kv, x);
 	q->entry = ENG_NONE;
 }
 
 /* --- callbacks ------------------------------------------------------------- */
 
+/* The next internal event's time from the state (eng_next_event reads the
+ * copy): called after every change, before a callback and before returning
+ * to the caller. */
+static void
+renext(eng *e)
+{
+	double t = INFINITY;
+	uint32_t h = ENG_NONE;
+
+	if (e->step_model) {
+		if (e->step_busy)
+			t = e->step_end;
+		else if (e->step_pending)
+			t = e->step_at;
+	} else {
+		if (e->nheap > 0) {
+			t = e->heap[0].t;
+			h = e->heap[0].h;
+		}
+		if (e->pref_busy && e->pref_end < t) {
+			t = e->pref_end;
+			h = e->pq_head;
+		}
+	}
+	e->next_t = t;
+	/* The next event's record, fetched while a caller driving many
+	 * engines serves the others' events first. */
+	if (h != ENG_NONE) {
+		const char *q = (const char *)R(e, h);
+
+		__builtin_prefetch(q);
+		__builtin_prefetch(q + 64);
+		__builtin_prefetch(q + 128);
+	}
+}
+
+/* The callback sees the record's own numbers: records never move, and h is
+ * not reused before the callback returns (a done record is freed after). */
 static void
 fire(eng *e, uint32_t h, int event)
 {
-	eng_info copy;
-
+	renext(e);
 	if (e->cb == NULL || R(e, h)->cancelled)
 		return;
-	copy = R(e, h)->info;
-	e->cb(e->ctx, h, event, &copy);
+	e->cb(e->ctx, h, event, &R(e, h)->info);
 }
 
 /* --- queue ----------------------------------------------------------------- */
@@ -611,7 +727,7 @@ wq_pop(eng *e)
 static bool
 room(const eng *e)
 {
-	return e->nadm + e->held < e->cfg.slots && e->nwait > 0;
+	return e->nadm + e->held < e->slots && e->nwait > 0;
 }
 
 static void
@@ -630,65 +746,81 @@ admit_one(eng *e, uint32_t h, double t)
 
 /* --- simple model ---------------------------------------------------------- */
 
+/* Does a end before b?  Times tie rarely: then the earlier push first. */
+static inline bool
+heap_before(const eng *e, const heap_item *a, const heap_item *b)
+{
+	return a->t < b->t || (a->t == b->t &&
+	    R(e, a->h)->hseq < R(e, b->h)->hseq);
+}
+
+/* Put x at hole i or below it. */
+static void
+heap_down(eng *e, uint32_t i, heap_item x)
+{
+	heap_item *hp = e->heap;
+	uint32_t n = e->nheap;
+
+	for (;;) {
+		uint32_t c = 4 * i + 1, m = c, j, end;
+
+		if (c >= n)
+			break;
+		end = n - c > 4 ? c + 4 : n;
+		for (j = c + 1; j < end; j++)
+			if (heap_before(e, &hp[j], &hp[m]))
+				m = j;
+		if (!heap_before(e, &hp[m], &x))
+			break;
+		hp[i] = hp[m];
+		i = m;
+	}
+	hp[i] = x;
+}
+
+/* Put x at hole i or above it; returns where. */
+static uint32_t
+heap_up(eng *e, uint32_t i, heap_item x)
+{
+	heap_item *hp = e->heap;
+
+	while (i > 0) {
+		uint32_t p = (i - 1) / 4;
+
+		if (!heap_before(e, &x, &hp[p]))
+			break;
+		hp[i] = hp[p];
+		i = p;
+	}
+	hp[i] = x;
+	return i;
+}
+
 static void
 heap_push(eng *e, double t, uint32_t h)
 {
-	uint32_t i;
+	heap_item x = { .t = t, .h = h };
 
-	if (grow_array((void **)&e->heap, &e->heapcap, sizeof(*e->heap),
-	    e->nheap + 1) != 0)
+	if (e->nheap == e->slots)
 		abort();	/* sized to slots at creation: cannot happen */
-	i = e->nheap++;
-	while (i > 0) {
-		uint32_t p = (i - 1) / 2;
-
-		if (e->heap[p].t < t || (e->heap[p].t == t &&
-		    e->heap[p].seq < e->seq))
-			break;
-		e->heap[i] = e->heap[p];
-		i = p;
-	}
-	e->heap[i].t = t;
-	e->heap[i].seq = e->seq++;
-	e->heap[i].h = h;
+	R(e, h)->hseq = e->seq++;
+	heap_up(e, e->nheap++, x);
 }
 
 static void
 heap_pop(eng *e)
 {
 	heap_item last = e->heap[--e->nheap];
-	uint32_t i = 0, n = e->nheap;
 
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-
-		if (c >= n)
-			break;
-		if (c + 1 < n && (e->heap[c + 1].t < e->heap[c].t ||
-		    (e->heap[c + 1].t == e->heap[c].t &&
-		    e->heap[c + 1].seq < e->heap[c].seq)))
-			c++;
-		if (last.t < e->heap[c].t || (last.t == e->heap[c].t &&
-		    last.seq < e->heap[c].seq))
-			break;
-		e->heap[i] = e->heap[c];
-		i = c;
-	}
-	if (n > 0)
-		e->heap[i] = last;
-}
-
-static bool
-heap_before(const heap_item *a, const heap_item *b)
-{
-	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+	if (e->nheap > 0)
+		heap_down(e, 0, last);
 }
 
 /* Remove h from the decode heap (a cancelled sequence). */
 static void
 heap_remove(eng *e, uint32_t h)
 {
-	uint32_t i, n;
+	uint32_t i;
 	heap_item x;
 
 	for (i = 0; i < e->nheap && e->heap[i].h != h; i++)
@@ -696,26 +828,10 @@ heap_remove(eng *e, uint32_t h)
 	if (i == e->nheap)
 		return;
 	x = e->heap[--e->nheap];
-	n = e->nheap;
-	if (i == n)
+	if (i == e->nheap)
 		return;
-	while (i > 0 && heap_before(&x, &e->heap[(i - 1) / 2])) {
-		e->heap[i] = e->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-
-		if (c >= n)
-			break;
-		if (c + 1 < n && heap_before(&e->heap[c + 1], &e->heap[c]))
-			c++;
-		if (!heap_before(&e->heap[c], &x))
-			break;
-		e->heap[i] = e->heap[c];
-		i = c;
-	}
-	e->heap[i] = x;
+	if (heap_up(e, i, x) == i)
+		heap_down(e, i, x);
 }
 
 /* Unlink h from the prefill FIFO; its prefill stops if it was running. */
@@ -1036,22 +1152,29 @@ eng_new(eng **out, const eng_config *cfg, eng_cb *cb, void *ctx,
 			*why = bad;
 		return EINVAL;
 	}
-	if ((e = calloc(1, sizeof(*e))) == NULL)
+	/* Line-aligned, so that the first two lines are the hot ones. */
+	if ((e = aligned_alloc(64, (sizeof(*e) + 63) / 64 * 64)) == NULL)
 		return ENOMEM;
+	memset(e, 0, sizeof(*e));
 	e->cfg = *cfg;
 	e->cb = cb;
 	e->ctx = ctx;
+	e->next_t = INFINITY;
+	e->max_tps = max_tps_of(cfg);
+	e->slots = cfg->slots;
+	e->step_model = cfg->step_model;
 	e->free_head = e->wq_head = e->wq_tail = ENG_NONE;
 	e->pq_head = e->pq_tail = ENG_NONE;
-	e->win_tok = calloc(cfg->tps_window, sizeof(*e->win_tok));
-	e->win_ms = calloc(cfg->tps_window, sizeof(*e->win_ms));
+	e->win = calloc(cfg->tps_window, sizeof(*e->win));
 	e->run = calloc(cfg->slots, sizeof(*e->run));
-	if (e->win_tok == NULL || e->win_ms == NULL || e->run == NULL ||
-	    grow_array((void **)&e->heap, &e->heapcap, sizeof(*e->heap),
-	    cfg->slots) != 0 || kv_init(&e->kv, cfg->kv_capacity_tokens) != 0) {
+	if (e->win == NULL || e->run == NULL ||
+	    (e->heapmem = aligned_alloc(64, ((size_t)cfg->slots + HEAP_SKEW +
+	    3) / 4 * 4 * sizeof(heap_item))) == NULL ||
+	    kv_init(&e->kv, cfg->kv_capacity_tokens) != 0) {
 		eng_free(e);
 		return ENOMEM;
 	}
+	e->heap = e->heapmem + HEAP_SKEW;
 	*out = e;
 	return 0;
 }
@@ -1059,35 +1182,24 @@ eng_new(eng **out, const eng_config *cfg, eng_cb *cb, void *ctx,
 void
 eng_free(eng *e)
 {
+	uint32_t i;
+
 	if (e == NULL)
 		return;
 	kv_fini(&e->kv);
-	free(e->r);
-	free(e->heap);
+	for (i = 0; i < e->nrch; i++)
+		free(e->rch[i]);
+	free(e->rch);
+	free(e->heapmem);
 	free(e->run);
-	free(e->win_tok);
-	free(e->win_ms);
+	free(e->win);
 	free(e);
 }
 
 double
 eng_next_event(const eng *e)
 {
-	double t = INFINITY;
-
-	if (e->cfg.step_model) {
-		if (e->step_busy)
-			t = e->step_end;
-		else if (e->step_pending)
-			t = e->step_at;
-	} else {
-		if (e->nheap > 0)
-			t = e->heap[0].t;
-		if (e->pref_busy && e->pq_head != ENG_NONE &&
-		    e->pref_end < t)
-			t = e->pref_end;
-	}
-	return t;
+	return e->next_t;
 }
 
 void
@@ -1097,13 +1209,13 @@ eng_advance(eng *e, double now)
 
 	e->in_advance = true;
 	for (;;) {
-		double t = eng_next_event(e);
+		double t = e->next_t;
 
 		if (!(t <= now) || isinf(t))
 			break;
 		if (t > e->now)
 			e->now = t;
-		if (e->cfg.step_model) {
+		if (e->step_model) {
 			if (e->step_busy)
 				step_end(e, t);
 			else
@@ -1112,6 +1224,7 @@ eng_advance(eng *e, double now)
 			simple_decode_end(e, t);	/* frees slots first */
 		else
 			simple_prefill_end(e, t);
+		renext(e);
 	}
 	if (now > e->now)
 		e->now = now;
@@ -1158,10 +1271,11 @@ eng_submit(eng *e, double now, const eng_req *r, uint32_t *handle)
 	e->nwait++;
 	e->wait_tokens += r->input_tokens;
 	e->ctr.requests_submitted++;
-	if (e->cfg.step_model)
+	if (e->step_model)
 		step_kick(e, now);
 	else
 		simple_admit(e, now);
+	renext(e);
 	*handle = h;
 	return 0;
 }
@@ -1177,7 +1291,7 @@ abort_admitted(eng *e, uint32_t h)
 	e->nadm--;
 	e->adm_tokens -= q->info.input_tokens;
 	cache_unpin(e, q);
-	if (e->cfg.step_model) {
+	if (e->step_model) {
 		/* run[] drops it at the next step start (one is due: a
 		 * sequence in run[] always has work in the step in flight) */
 		step_kick(e, e->now);
@@ -1212,6 +1326,7 @@ eng_cancel(eng *e, uint32_t h)
 		return;
 	}
 	abort_admitted(e, h);
+	renext(e);
 }
 
 uint64_t
@@ -1225,7 +1340,7 @@ eng_generated(const eng *e, uint32_t h, double now)
 	q = R(e, h);
 	if (q->state == RS_FREE || !q->first_done)
 		return 0;
-	if (e->cfg.step_model || q->state == RS_DONE)
+	if (e->step_model || q->state == RS_DONE)
 		return q->info.generated;
 	n = 1.0 + floor((now - q->info.first_token_ms) * e->cfg.decode_tps /
 	    1000.0);
@@ -1246,7 +1361,7 @@ void
 eng_hold(eng *e, double now, uint32_t n)
 {
 	sync_to(e, now);
-	e->held = n < e->cfg.slots ? n : e->cfg.slots;
+	e->held = n < e->slots ? n : e->slots;
 }
 
 void
@@ -1254,10 +1369,11 @@ eng_release(eng *e, double now)
 {
 	sync_to(e, now);
 	e->held = 0;
-	if (e->cfg.step_model)
+	if (e->step_model)
 		step_kick(e, e->now);
 	else
 		simple_admit(e, e->now);
+	renext(e);
 }
 
 uint32_t
@@ -1273,7 +1389,7 @@ pending_prefill(const eng *e, double now)
 	uint64_t pending = 0;
 	uint32_t i;
 
-	if (e->cfg.step_model) {
+	if (e->step_model) {
 		for (i = 0; i < e->nrun; i++) {
 			const rec *q = R(e, e->run[i]);
 
@@ -1283,7 +1399,7 @@ pending_prefill(const eng *e, double now)
 		return pending;
 	}
 	pending = e->pref_tokens;
-	if (e->pref_busy && e->pq_head != ENG_NONE) {
+	if (e->pref_busy) {
 		double span = e->pref_end - e->pref_start, done;
 
 		if (span > 0 && now > e->pref_start) {
@@ -1301,9 +1417,9 @@ void
 eng_load_get(const eng *e, double now, eng_load *l)
 {
 	l->backlog = e->wait_tokens + pending_prefill(e, now);
-	l->tps = max_tps(e);
+	l->tps = e->max_tps;
 	l->running = (uint64_t)e->nadm + e->held + e->nwait;
-	l->slots = e->cfg.slots;
+	l->slots = e->slots;
 	l->kv_free = e->kv.cap - e->kv.used;
 }
 
@@ -1313,7 +1429,7 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 	uint64_t pending = pending_prefill(e, now);
 	double tps = mean_tps(e);
 
-	c->max_engine_concurrency = e->cfg.slots;
+	c->max_engine_concurrency = e->slots;
 	/* Everything the engine has accepted: a router compares this with
 	 * max_engine_concurrency (+ max_queued), stargate-lb-config(5). */
 	c->running = (uint64_t)e->nadm + e->held + e->nwait;
@@ -1322,7 +1438,7 @@ eng_cluster(const eng *e, double now, sg_cluster *c)
 	c->total_input_tokens = e->wait_tokens + e->adm_tokens;
 	/* Sums of float durations drift in the last bits: keep 3 decimals. */
 	c->last_mean_input_tps = round(tps * 1000.0) / 1000.0;
-	c->max_input_tps = max_tps(e);
+	c->max_input_tps = e->max_tps;
 	c->kv_capacity_tokens = e->kv.cap;
 	c->kv_used_tokens = e->kv.used;
 	c->kv_free_tokens = e->kv.cap - e->kv.used;
@@ -1383,12 +1499,12 @@ eng_cached_prefix(const eng *e, const eng_req *r)
 		return 0;
 	if (r->key != 0) {
 		if ((x = kv_find_hint(&e->kv, r->key, r->hint)) != ENG_NONE)
-			cached = e->kv.ent[x].tokens;
+			cached = e->kv.hot[x].tokens;
 	} else if (r->blocks != NULL) {
 		for (i = 0; i < r->nblocks; i++) {
 			if ((x = kv_find(&e->kv, r->blocks[i])) == ENG_NONE)
 				break;
-			cached += e->kv.ent[x].tokens;
+			cached += e->kv.hot[x].tokens;
 		}
 	}
 	return cached < r->input_tokens ? cached : r->input_tokens;

@@ -37,7 +37,10 @@
  * the next internal event is (eng_next_event).  Events are reported through
  * one callback (first token, done), in time order; ties are processed in a
  * fixed order, so a run is deterministic.  Steady state allocates nothing:
- * request records, heaps and cache tables are pools that grow by doubling.
+ * request records are a pool that grows by chunks that never move, cache
+ * tables pools that grow by doubling.  eng_next_event is one load (the
+ * engine keeps the time current), and eng_next_event, eng_load_get and the
+ * key-hinted eng_cached_prefix read about two cache lines of the engine.
  */
 #ifndef SG_TOOLS_ENGINE_H
 #define SG_TOOLS_ENGINE_H
@@ -86,7 +89,9 @@ typedef struct eng_req {
 					   a cheaper lookup, same result */
 } eng_req;
 
-/* What the callback sees (a copy: valid during the callback only). */
+/* What the callback sees: the request's own record, valid during the
+ * callback only (records never move, so submitting from the callback keeps
+ * it valid; cancelling the callback's own handle ends it). */
 typedef struct eng_info {
 	void		*udata;
 	double		 arrive_ms;	/* submitted */

@@ -5,12 +5,12 @@
  * keys, then the lower index), so the choice never depends on anything but
  * the arguments.
  */
-#include <string.h>
 
 #include "oracle.h"
 
-double
-orc_ttft_ms(const orc_cand *c, uint64_t input)
+/* orc_ttft_ms, inlined into the passes below. */
+static inline double
+ttft(const orc_cand *c, uint64_t input)
 {
 	uint64_t cached = c->cached < input ? c->cached : input;
 	double work = (double)c->backlog + (double)(input - cached);
@@ -19,8 +19,14 @@ orc_ttft_ms(const orc_cand *c, uint64_t input)
 	    (c->tps > 0 ? work * 1000.0 / c->tps : 0);
 }
 
-bool
-orc_has_capacity(const orc_cand *c, uint64_t max_queued)
+double
+orc_ttft_ms(const orc_cand *c, uint64_t input)
+{
+	return ttft(c, input);
+}
+
+static inline bool
+has_capacity(const orc_cand *c, uint64_t max_queued)
 {
 	uint64_t limit;
 
@@ -32,43 +38,53 @@ orc_has_capacity(const orc_cand *c, uint64_t max_queued)
 	return c->running < limit;
 }
 
+bool
+orc_has_capacity(const orc_cand *c, uint64_t max_queued)
+{
+	return has_capacity(c, max_queued);
+}
+
 /* Free KV-cache tokens are compared in buckets of this many, so that
  * clusters with about the same room are told apart by their load. */
 #define KV_BUCKET	16384
 
-/* The sort keys of one candidate; the estimate is computed when a
- * comparison first needs it (KV first rarely does). */
+/* The sort keys of one candidate, computed once (the free tokens' bucket
+ * too); the estimate is computed when a comparison first needs it (KV
+ * first rarely does).  A pass keeps its best candidates by pointer into a
+ * few of these, so that a new best costs no copy. */
 typedef struct key {
 	const orc_cand	*c;
 	double		 t;
 	bool		 have_t;
-	uint64_t	 cached, running, kv_free;
 	bool		 idle;		/* a slot is free */
+	uint64_t	 cached, running, kv_free, kv_bucket;
 } key;
 
-static double
+static inline double
 key_t(key *k, uint64_t input)
 {
 	if (!k->have_t) {
-		k->t = orc_ttft_ms(k->c, input);
+		k->t = ttft(k->c, input);
 		k->have_t = true;
 	}
 	return k->t;
 }
 
-/* Is x better than y under the objective (see oracle.h)? */
-static bool
+/* Is x better than y under the objective (see oracle.h)?  Buckets that
+ * differ order as the free tokens do. */
+static inline bool
 better(int objective, key *x, key *y, uint64_t input)
 {
 	double tx, ty;
 
-	if (objective == ORC_KV_FIRST && x->cached != y->cached)
-		return x->cached > y->cached;
-	if (objective == ORC_KV_FIRST && x->idle != y->idle)
-		return x->idle;
-	if (objective == ORC_KV_FIRST && x->kv_free / KV_BUCKET !=
-	    y->kv_free / KV_BUCKET)
-		return x->kv_free > y->kv_free;
+	if (objective == ORC_KV_FIRST) {
+		if (x->cached != y->cached)
+			return x->cached > y->cached;
+		if (x->idle != y->idle)
+			return x->idle;
+		if (x->kv_bucket != y->kv_bucket)
+			return x->kv_bucket > y->kv_bucket;
+	}
 	if ((tx = key_t(x, input)) != (ty = key_t(y, input)))
 		return tx < ty;
 	if (x->cached != y->cached)
@@ -79,7 +95,7 @@ better(int objective, key *x, key *y, uint64_t input)
 }
 
 /* The keys of candidate c. */
-static void
+static inline void
 key_of(key *k, const orc_cand *c, uint64_t input)
 {
 	k->c = c;
@@ -87,29 +103,75 @@ key_of(key *k, const orc_cand *c, uint64_t input)
 	k->cached = c->cached < input ? c->cached : input;
 	k->running = c->running;
 	k->kv_free = c->kv_free;
+	k->kv_bucket = c->kv_free / KV_BUCKET;
 	k->idle = c->slots == 0 || c->running < c->slots;
+}
+
+/* A slot of k[3] that neither a nor b points to. */
+static inline key *
+spare(key *k, const key *a, const key *b)
+{
+	if (&k[0] != a && &k[0] != b)
+		return &k[0];
+	if (&k[1] != a && &k[1] != b)
+		return &k[1];
+	return &k[2];
 }
 
 long
 orc_pick(const orc_cand *c, size_t n, uint64_t input, uint64_t max_queued,
     int objective, double *ttft_ms)
 {
-	key b, k;
+	key ks[2], *b = NULL, *k = &ks[0];
 	long best = -1;
 	size_t i;
 
-	memset(&b, 0, sizeof(b));
 	for (i = 0; i < n; i++) {
-		if (!c[i].eligible || !orc_has_capacity(&c[i], max_queued))
+		if (!c[i].eligible || !has_capacity(&c[i], max_queued))
 			continue;
-		key_of(&k, &c[i], input);
-		if (best < 0 || better(objective, &k, &b, input)) {
+		key_of(k, &c[i], input);
+		if (b == NULL || better(objective, k, b, input)) {
 			best = (long)i;
 			b = k;
+			k = b == &ks[0] ? &ks[1] : &ks[0];
 		}
 	}
 	if (ttft_ms != NULL)
-		*ttft_ms = best >= 0 ? key_t(&b, input) : 0;
+		*ttft_ms = b != NULL ? key_t(b, input) : 0;
+	return best;
+}
+
+/* orc_pick_most for one objective (a constant once inlined). */
+static inline long
+pick_most(const orc_cand *c, size_t n, uint64_t input, uint64_t max_queued,
+    int objective, long *most)
+{
+	key ks[3], *b = NULL, *bm = NULL, *k = &ks[0];
+	long best = -1;
+	size_t i;
+
+	*most = -1;
+	for (i = 0; i < n; i++) {
+		bool taken = false;
+
+		if (!c[i].eligible)
+			continue;
+		key_of(k, &c[i], input);
+		/* No limit: every eligible cluster has capacity. */
+		if (bm == NULL || better(ORC_KV_FIRST, k, bm, input)) {
+			*most = (long)i;
+			bm = k;
+			taken = true;
+		}
+		if (has_capacity(&c[i], max_queued) &&
+		    (b == NULL || better(objective, k, b, input))) {
+			best = (long)i;
+			b = k;
+			taken = true;
+		}
+		if (taken)
+			k = spare(ks, b, bm);
+	}
 	return best;
 }
 
@@ -117,28 +179,7 @@ long
 orc_pick_most(const orc_cand *c, size_t n, uint64_t input,
     uint64_t max_queued, int objective, long *most)
 {
-	key b, bm, k;
-	long best = -1;
-	size_t i;
-
-	memset(&b, 0, sizeof(b));
-	memset(&bm, 0, sizeof(bm));
-	*most = -1;
-	for (i = 0; i < n; i++) {
-		if (!c[i].eligible)
-			continue;
-		key_of(&k, &c[i], input);
-		/* No limit: every eligible cluster has capacity. */
-		if (*most < 0 || better(ORC_KV_FIRST, &k, &bm, input)) {
-			*most = (long)i;
-			bm = k;
-		}
-		if (!orc_has_capacity(&c[i], max_queued))
-			continue;
-		if (best < 0 || better(objective, &k, &b, input)) {
-			best = (long)i;
-			b = k;
-		}
-	}
-	return best;
+	if (objective == ORC_KV_FIRST)
+		return pick_most(c, n, input, max_queued, ORC_KV_FIRST, most);
+	return pick_most(c, n, input, max_queued, objective, most);
 }
