@@ -5,21 +5,19 @@
  * store key: short messages of one or two blocks, where a portable
  * SHA-256 spends a few thousand instructions a block and the x86 SHA
  * extensions (sha256rnds2, sha256msg1/2) about a hundred.  The block
- * function is chosen once, from cpuid(7).ebx bit 29 (SHA) with SSSE3 and
- * SSE4.1 (cpuid(1).ecx bits 9 and 19), and remembered in an atomic; a
- * race on the first call only makes two threads compute the same answer.
- * Elsewhere, and when a test asks for it, the portable C below runs.
+ * function is chosen per update from __builtin_cpu_supports() (SHA, SSSE3
+ * and SSE4.1: libgcc reads cpuid once, at start-up; no state of ours).
+ * Elsewhere, and for a hash begun with sg_sha256_init_portable(), the
+ * portable C below runs.
  * Both produce the digests of any SHA-256 (tests/unit/test_sha256.c).
  *
  * Padding and lengths are the message framing of FIPS 180-4 section 5.1:
  * a 1 bit, zeros, and the bit length as a 64-bit big-endian integer.
  */
-#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SHA_X86 1
-#include <cpuid.h>
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>
@@ -164,55 +162,29 @@ blocks_ni(uint32_t h[8], const unsigned char *p, size_t n)
 #undef QROUND
 #undef SCHED
 
-static bool
-cpu_has_sha(void)
-{
-	unsigned a, b, c, d;
-
-	if (__get_cpuid_max(0, NULL) < 7 || !__get_cpuid(1, &a, &b, &c, &d))
-		return false;
-	if (!(c & (1u << 9)) || !(c & (1u << 19)))	/* SSSE3, SSE4.1 */
-		return false;
-	__cpuid_count(7, 0, a, b, c, d);
-	return (b & (1u << 29)) != 0;			/* SHA */
-}
 #endif
-
-/* 0: not yet known; 1: portable; 2: SHA extensions. */
-static atomic_int best;
-static atomic_bool portable_forced;
 
 static blocks_fn *
-blocks(void)
+best_blocks(void)
 {
-	int b = atomic_load_explicit(&best, memory_order_relaxed);
-
-	if (b == 0) {
-		b = 1;
 #ifdef SHA_X86
-		if (cpu_has_sha())
-			b = 2;
-#endif
-		atomic_store_explicit(&best, b, memory_order_relaxed);
-	}
-#ifdef SHA_X86
-	if (b == 2 && !atomic_load_explicit(&portable_forced,
-	    memory_order_relaxed))
+	if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("ssse3") &&
+	    __builtin_cpu_supports("sse4.1"))
 		return blocks_ni;
 #endif
 	return blocks_c;
 }
 
+static blocks_fn *
+blocks(const sg_sha256_ctx *c)
+{
+	return c->portable ? blocks_c : best_blocks();
+}
+
 bool
 sg_sha256_accelerated(void)
 {
-	return blocks() != blocks_c;
-}
-
-void
-sg_sha256_force_portable(bool on)
-{
-	atomic_store_explicit(&portable_forced, on, memory_order_relaxed);
+	return best_blocks() != blocks_c;
 }
 
 /* --- framing -------------------------------------------------------------- */
@@ -223,6 +195,14 @@ sg_sha256_init(sg_sha256_ctx *c)
 	memcpy(c->h, H0, sizeof(H0));
 	c->total = 0;
 	c->nbuf = 0;
+	c->portable = false;
+}
+
+void
+sg_sha256_init_portable(sg_sha256_ctx *c)
+{
+	sg_sha256_init(c);
+	c->portable = true;
 }
 
 void
@@ -234,7 +214,7 @@ sg_sha256_update(sg_sha256_ctx *c, const void *data, size_t len)
 
 	if (len == 0)
 		return;
-	fn = blocks();
+	fn = blocks(c);
 	c->total += len;
 	if (c->nbuf > 0) {
 		k = 64 - c->nbuf < len ? 64 - c->nbuf : len;
@@ -268,7 +248,7 @@ sg_sha256_final(sg_sha256_ctx *c, unsigned char out[SG_SHA256_BYTES])
 	memset(tail + n + 1, 0, nb * 64 - 8 - n - 1);
 	for (i = 0; i < 8; i++)
 		tail[nb * 64 - 1 - i] = (unsigned char)(bits >> (8 * i));
-	blocks()(c->h, tail, nb);
+	blocks(c)(c->h, tail, nb);
 	for (i = 0; i < 8; i++) {
 		out[4 * i] = (unsigned char)(c->h[i] >> 24);
 		out[4 * i + 1] = (unsigned char)(c->h[i] >> 16);

@@ -4,7 +4,7 @@
  * the keys of the decision log.  The digests are those of any other
  * SHA-256 (sha256sum(1), libsodium's crypto_hash_sha256); only the speed
  * differs: the x86 SHA extensions where the processor has them (detected
- * at run time, once), portable C elsewhere.
+ * at run time), portable C elsewhere.
  */
 #ifndef SG_SHA256_H
 #define SG_SHA256_H
@@ -22,9 +22,16 @@ typedef struct sg_sha256_ctx {
 	uint64_t	total;		/* bytes hashed so far */
 	unsigned char	buf[64];	/* the partial block */
 	size_t		nbuf;		/* bytes in buf, < 64 */
+	bool		portable;	/* sg_sha256_init_portable() */
 } sg_sha256_ctx;
 
 void	sg_sha256_init(sg_sha256_ctx *c);
+/*
+ * As sg_sha256_init(), but this hash runs the portable implementation
+ * even where the hardware one exists: for tests and benchmarks that
+ * compare the two (the digests are the same).
+ */
+void	sg_sha256_init_portable(sg_sha256_ctx *c);
 /* Hash len more bytes of data (data may be NULL when len is 0). */
 void	sg_sha256_update(sg_sha256_ctx *c, const void *data, size_t len);
 /* The digest of everything hashed; c must be initialised again for reuse. */
@@ -41,14 +48,7 @@ void	sg_sha256(unsigned char out[SG_SHA256_BYTES], const void *data,
 void	sg_sha256_hex(char out[SG_SHA256_HEX_LEN + 1], const void *data,
 	    size_t len);
 
-/* Whether the hardware implementation is in use. */
+/* Whether the hardware implementation is in use (sg_sha256_init()). */
 bool	sg_sha256_accelerated(void);
-
-/*
- * Use the portable implementation even where the hardware one exists
- * (on = true), or the best one again (false).  For tests and benchmarks
- * that compare the two; not thread-safe against concurrent hashing.
- */
-void	sg_sha256_force_portable(bool on);
 
 #endif /* SG_SHA256_H */
