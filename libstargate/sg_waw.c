@@ -1784,10 +1784,14 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 	size_t pos, l = (size_t)p->last;
 
 	if (p->last >= 0 && len > 0 && order[0] != l) {
-		for (pos = 1; pos < len && order[pos] != l; pos++)
-			;
-		if (pos == len)		/* absent */
-			pos = insert ? len - 1 : 0;	/* insert-and-truncate */
+		if (len == 2 && insert)
+			pos = 1;	/* at 1 or absent: the same rotation */
+		else {
+			for (pos = 1; pos < len && order[pos] != l; pos++)
+				;
+			if (pos == len)		/* absent */
+				pos = insert ? len - 1 : 0;	/* truncate */
+		}
 		if (pos == 1)		/* K = 2: one move, no call */
 			order[1] = order[0];
 		else if (pos > 1)
@@ -1817,9 +1821,9 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 	else if (p->state == SG_SESSION_RETURNING)
 		/*
 		 * ids are unique: the hint names exactly candidate last, and
-		 * no candidate when last < 0
+		 * no candidate when last < 0 (an index is never SIZE_MAX)
 		 */
-		out->primary = p->last >= 0 && out->index == (size_t)p->last;
+		out->primary = out->index == (size_t)p->last;
 	else
 		out->primary = out->rank_depth <= gs;
 }
