@@ -22,8 +22,13 @@
  * --rounds with the min-max spread; the last line is the store's added CPU
  * per request (store minus baseline, medians of the rounds' differences).
  *
+ * With --read-your-writes a request whose session has a write still on its
+ * way (gathered, or queued and not yet reported committed) skips the store
+ * lookup, as sg-proxy's pending-write table answers it.
+ *
  * Usage: store-loop [--ops N] [--rate R] [--sessions K] [--handover-ms MS]
  *                   [--commit-delay-ms MS] [--rounds N] [--dir DIR]
+ *                   [--read-your-writes]
  */
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -31,6 +36,8 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +58,7 @@ struct cfg {
 	double		 commit_delay_ms;
 	unsigned	 rounds;
 	const char	*dir;
+	bool		 ryw;		/* skip lookups of keys still pending */
 };
 
 struct result {
@@ -58,8 +66,11 @@ struct result {
 };
 
 struct pend {
-	char	key[SG_LC_KEY_LEN + 1];
+	char		key[SG_LC_KEY_LEN + 1];
+	unsigned long	sess;
 };
+
+#define UNSENT	UINT64_MAX	/* gathered, not yet handed over */
 
 static uint64_t
 now_ns(clockid_t c)
@@ -79,29 +90,36 @@ rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
 	return remove(path);
 }
 
+static uint64_t ops_done;	/* the newest commit record's ops_done */
+
 static void
 drain(sg_store *s, unsigned long *records)
 {
 	sg_store_commit recs[32];
 	size_t n;
 
-	while ((n = sg_store_drain(s, recs, 32)) > 0)
+	while ((n = sg_store_drain(s, recs, 32)) > 0) {
 		*records += n;
+		if (recs[n - 1].ops_done > ops_done)
+			ops_done = recs[n - 1].ops_done;
+	}
 }
 
 static void
-hand_over(sg_store *s, struct pend *pb, size_t *npb)
+hand_over(sg_store *s, struct pend *pb, size_t *npb, uint64_t *last)
 {
 	sg_error err;
 	uint64_t seq;
 	size_t i;
 
-	for (i = 0; i < *npb; i++)
+	for (i = 0; i < *npb; i++) {
 		if (sg_store_put_seq(s, pb[i].key, SG_LC_KEY_LEN, "cluster-a",
 		    9, &seq, &err) != 0) {
 			fprintf(stderr, "store-loop: put: %s\n", err.text);
 			exit(1);
 		}
+		last[pb[i].sess] = seq;
+	}
 	*npb = 0;
 }
 
@@ -177,6 +195,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 {
 	char dir[4096];
 	struct pend *pb;
+	uint64_t *last;		/* per session: its last write's number */
 	sg_store *s = NULL;
 	sg_store_lookup_req req;
 	sg_store_stats st;
@@ -188,8 +207,10 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	int ep, tfd, evfd = -1;
 	sg_error err;
 
-	if ((pb = calloc(HANDOVER_MAX, sizeof(*pb))) == NULL)
+	if ((pb = calloc(HANDOVER_MAX, sizeof(*pb))) == NULL ||
+	    (last = calloc(c->sessions, sizeof(*last))) == NULL)
 		exit(1);
+	ops_done = 0;
 	if (store)
 		s = open_store(c, dir, sizeof(dir));
 	ep = epoll_create1(EPOLL_CLOEXEC);
@@ -224,20 +245,27 @@ run_round(const struct cfg *c, bool store, struct result *res)
 		    (size_t)n);
 		if (s == NULL)
 			continue;
-		(void)sg_store_lookup_start(s, &req, key, SG_LC_KEY_LEN,
-		    sg_store_mono_ns() + 10000000ULL, NULL, NULL);
+		/* As sg-proxy: a key with a write on its way answers itself. */
+		if (!c->ryw || last[i % c->sessions] == 0 ||
+		    (last[i % c->sessions] != UNSENT &&
+		    last[i % c->sessions] <= ops_done))
+			(void)sg_store_lookup_start(s, &req, key,
+			    SG_LC_KEY_LEN, sg_store_mono_ns() + 10000000ULL,
+			    NULL, NULL);
+		last[i % c->sessions] = UNSENT;
+		pb[npb].sess = i % c->sessions;
 		memcpy(pb[npb++].key, key, sizeof(key));
 		if (c->handover_ms <= 0 || npb == HANDOVER_MAX ||
 		    (double)(now_ns(CLOCK_MONOTONIC) - last_ho) >=
 		    c->handover_ms * 1e6) {
-			hand_over(s, pb, &npb);
+			hand_over(s, pb, &npb, last);
 			last_ho = now_ns(CLOCK_MONOTONIC);
 		}
 		if (gap == 0 && (i & 15) == 0)
 			drain(s, &records);
 	}
 	if (s != NULL) {
-		hand_over(s, pb, &npb);
+		hand_over(s, pb, &npb, last);
 		(void)sg_store_flush(s, NULL);
 		drain(s, &records);
 	}
@@ -260,6 +288,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	close(tfd);
 	close(ep);
 	free(pb);
+	free(last);
 }
 
 static int
@@ -307,7 +336,7 @@ usage(FILE *f)
 	fprintf(f, "usage: store-loop [--ops N] [--rate R] [--sessions K] "
 	    "[--handover-ms MS]\n"
 	    "                  [--commit-delay-ms MS] [--rounds N] "
-	    "[--dir DIR]\n");
+	    "[--dir DIR] [--read-your-writes]\n");
 }
 
 int
@@ -321,10 +350,11 @@ main(int argc, char **argv)
 		{ "commit-delay-ms", required_argument, NULL, 'd' },
 		{ "rounds", required_argument, NULL, 'R' },
 		{ "dir", required_argument, NULL, 'D' },
+		{ "read-your-writes", no_argument, NULL, 'y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cfg c = { 100000, 10000, 10, 10, -1, 5, "/tmp" };
+	struct cfg c = { 100000, 10000, 10, 10, -1, 5, "/tmp", false };
 	struct result base[MAXROUNDS], st[MAXROUNDS];
 	double d[MAXROUNDS], m, l, h;
 	unsigned i;
@@ -341,6 +371,7 @@ main(int argc, char **argv)
 		case 'R': c.rounds = (unsigned)strtoul(optarg, NULL, 10);
 			break;
 		case 'D': c.dir = optarg; break;
+		case 'y': c.ryw = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 64;
 		}
