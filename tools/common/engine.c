@@ -13,16 +13,17 @@
  *    record's own eng_info, not a copy; a free list threads unused records.
  *    The FIFO queue and the simple model's prefill queue are singly linked
  *    lists through the records; decoding sequences of the simple model sit in
- *    a binary min-heap ordered by (done time, sequence number); the step
+ *    a 4-ary min-heap ordered by (done time, push order); the step
  *    model keeps its admitted sequences in an array in admission order.
- *  - The KV cache is a structure of arrays: per entry its key and token
- *    count (16 bytes: what a lookup reads) apart from its LRU links and pin
- *    count (12 bytes: what a touch or an eviction reads).  The LRU list is
- *    intrusive, doubly linked by 32-bit indices.  The index is open
- *    addressing (linear probing, backward-shift delete) over 8-byte slots, a
- *    32-bit hash of the key beside the entry index: a probe reads the table
- *    alone and touches the entry only when the hashes match, and deletion and
- *    growth never read an entry.  A caller that remembers a key's entry
+ *  - The KV cache's entries are 32 bytes, two to a cache line: key, tokens,
+ *    LRU links and pin count together, since a touch, a growth and an
+ *    unpin each read all of them (a split into key+tokens and links was
+ *    measured: one more miss per event).  The LRU list is intrusive, doubly
+ *    linked by 32-bit indices.  The index is open addressing (linear
+ *    probing, backward-shift delete) over 8-byte slots, a 32-bit hash of the
+ *    key beside the entry index: a probe reads the table alone and touches
+ *    the entry only when the hashes match, and deletion and growth never read
+ *    an entry.  A caller that remembers a key's entry
  *    (eng_info.entry, passed back as eng_req.hint) skips the index when the
  *    entry still holds that key (removed entries hold key 0).
  *
@@ -63,18 +64,16 @@ typedef struct rec {
 #define RC_SHIFT	6
 #define RC_N		(1u << RC_SHIFT)
 
-/* What a lookup reads of an entry. */
-typedef struct kv_hot {
+/* An entry: 32 bytes, two to a cache line (the array is line-aligned), so
+ * that a lookup, a touch and a pin read one line of the entry. */
+typedef struct kv_entry {
 	uint64_t	key;		/* 0: free */
 	uint64_t	tokens;
-} kv_hot;
-
-/* What the LRU list and pinning read. */
-typedef struct kv_link {
 	uint32_t	prev, next;	/* LRU list: head = most recent; next
 					   threads the free list */
 	uint32_t	pin;
-} kv_link;
+	uint32_t	unused;
+} kv_entry;
 
 /* An index slot: a 32-bit hash of the entry's key beside its index. */
 typedef struct kv_slot {
@@ -84,8 +83,7 @@ typedef struct kv_slot {
 
 typedef struct kvcache {
 	uint64_t	 cap, used;
-	kv_hot		*hot;
-	kv_link		*lk;
+	kv_entry	*ent;		/* line-aligned */
 	kv_slot		*tab;
 	uint32_t	 tabmask;	/* size - 1; size is a power of two */
 	uint32_t	 count;
@@ -248,8 +246,7 @@ kv_init(kvcache *kv, uint64_t cap)
 static void
 kv_fini(kvcache *kv)
 {
-	free(kv->hot);
-	free(kv->lk);
+	free(kv->ent);
 	free(kv->tab);
 }
 
@@ -263,7 +260,7 @@ kv_find(const kvcache *kv, uint64_t key)
 
 		if (t->x == ENG_NONE)
 			return ENG_NONE;
-		if (t->h == h && kv->hot[t->x].key == key)
+		if (t->h == h && kv->ent[t->x].key == key)
 			return t->x;
 		i = (i + 1) & kv->tabmask;
 	}
@@ -274,7 +271,7 @@ kv_find(const kvcache *kv, uint64_t key)
 static uint32_t
 kv_find_hint(const kvcache *kv, uint64_t key, uint32_t hint)
 {
-	if (hint != 0 && hint - 1 < kv->nent && kv->hot[hint - 1].key == key)
+	if (hint != 0 && hint - 1 < kv->nent && kv->ent[hint - 1].key == key)
 		return hint - 1;
 	return kv_find(kv, key);
 }
@@ -315,7 +312,7 @@ static void
 kv_tab_del(kvcache *kv, uint32_t x)
 {
 	uint32_t mask = kv->tabmask;
-	uint32_t i = kv_hash(kv->hot[x].key) & mask, j;
+	uint32_t i = kv_hash(kv->ent[x].key) & mask, j;
 	kv_slot *tab = kv->tab;
 
 	while (tab[i].x != x)
@@ -336,14 +333,14 @@ kv_tab_del(kvcache *kv, uint32_t x)
 static void
 kv_unlink(kvcache *kv, uint32_t x)
 {
-	kv_link *l = &kv->lk[x];
+	kv_entry *l = &kv->ent[x];
 
 	if (l->prev != ENG_NONE)
-		kv->lk[l->prev].next = l->next;
+		kv->ent[l->prev].next = l->next;
 	else
 		kv->head = l->next;
 	if (l->next != ENG_NONE)
-		kv->lk[l->next].prev = l->prev;
+		kv->ent[l->next].prev = l->prev;
 	else
 		kv->tail = l->prev;
 }
@@ -351,12 +348,12 @@ kv_unlink(kvcache *kv, uint32_t x)
 static void
 kv_push_front(kvcache *kv, uint32_t x)
 {
-	kv_link *l = &kv->lk[x];
+	kv_entry *l = &kv->ent[x];
 
 	l->prev = ENG_NONE;
 	l->next = kv->head;
 	if (kv->head != ENG_NONE)
-		kv->lk[kv->head].prev = x;
+		kv->ent[kv->head].prev = x;
 	kv->head = x;
 	if (kv->tail == ENG_NONE)
 		kv->tail = x;
@@ -376,29 +373,30 @@ kv_remove(kvcache *kv, uint32_t x)
 {
 	kv_tab_del(kv, x);
 	kv_unlink(kv, x);
-	kv->used -= kv->hot[x].tokens;
-	kv->hot[x].tokens = 0;
-	kv->hot[x].key = 0;		/* no hint finds it */
-	kv->lk[x].next = kv->free_head;
+	kv->used -= kv->ent[x].tokens;
+	kv->ent[x].tokens = 0;
+	kv->ent[x].key = 0;		/* no hint finds it */
+	kv->ent[x].next = kv->free_head;
 	kv->free_head = x;
 	kv->count--;
 }
 
-/* Room for one more entry in both arrays. */
+/* Room for one more entry: a line-aligned array of twice the size. */
 static int
 kv_ent_grow(kvcache *kv)
 {
-	uint32_t cap = kv->entcap;
-	kv_link *lk;
+	uint32_t cap = kv->entcap ? kv->entcap : 16;
+	kv_entry *ent;
 
-	if (grow_array((void **)&kv->hot, &cap, sizeof(*kv->hot),
-	    kv->nent + 1) != 0)
+	if (cap > UINT32_MAX / 4)
 		return ENOMEM;
-	if (cap == kv->entcap)
-		return 0;
-	if ((lk = realloc(kv->lk, (size_t)cap * sizeof(*lk))) == NULL)
-		return ENOMEM;	/* hot is larger; entcap stays: retried */
-	kv->lk = lk;
+	cap = kv->entcap ? cap * 2 : cap;
+	if ((ent = aligned_alloc(64, (size_t)cap * sizeof(*ent))) == NULL)
+		return ENOMEM;
+	if (kv->nent > 0)
+		memcpy(ent, kv->ent, (size_t)kv->nent * sizeof(*ent));
+	free(kv->ent);
+	kv->ent = ent;
 	kv->entcap = cap;
 	return 0;
 }
@@ -414,15 +412,15 @@ kv_insert(kvcache *kv, uint64_t key)
 		return ENG_NONE;
 	if (kv->free_head != ENG_NONE) {
 		x = kv->free_head;
-		kv->free_head = kv->lk[x].next;
+		kv->free_head = kv->ent[x].next;
 	} else {
 		if (kv->nent == kv->entcap && kv_ent_grow(kv) != 0)
 			return ENG_NONE;
 		x = kv->nent++;
 	}
-	kv->hot[x].key = key;
-	kv->hot[x].tokens = 0;
-	kv->lk[x].pin = 0;
+	kv->ent[x].key = key;
+	kv->ent[x].tokens = 0;
+	kv->ent[x].pin = 0;
 	kv_tab_put(kv->tab, kv->tabmask, kv_hash(key), x);
 	kv_push_front(kv, x);
 	kv->count++;
@@ -441,15 +439,15 @@ kv_grow(eng *e, uint32_t x, uint64_t want, eng_info *info)
 	uint64_t need, fit;
 	uint32_t y;
 
-	if (want <= kv->hot[x].tokens)
+	if (want <= kv->ent[x].tokens)
 		return;
-	need = want - kv->hot[x].tokens;
+	need = want - kv->ent[x].tokens;
 	y = kv->tail;
 	while (kv->cap - kv->used < need && y != ENG_NONE) {
-		uint32_t prev = kv->lk[y].prev;
+		uint32_t prev = kv->ent[y].prev;
 
-		if (y != x && kv->lk[y].pin == 0) {
-			uint64_t tok = kv->hot[y].tokens;
+		if (y != x && kv->ent[y].pin == 0) {
+			uint64_t tok = kv->ent[y].tokens;
 
 			info->evicted_entries++;
 			info->evicted_tokens += tok;
@@ -460,7 +458,7 @@ kv_grow(eng *e, uint32_t x, uint64_t want, eng_info *info)
 		y = prev;
 	}
 	fit = kv->cap - kv->used < need ? kv->cap - kv->used : need;
-	kv->hot[x].tokens += fit;
+	kv->ent[x].tokens += fit;
 	kv->used += fit;
 }
 
@@ -561,8 +559,8 @@ cache_admit(eng *e, rec *q)
 				x = kv_insert(&e->kv, q->key);
 			if (x != ENG_NONE) {
 				kv_touch(&e->kv, x);
-				e->kv.lk[x].pin++;
-				cached = e->kv.hot[x].tokens;
+				e->kv.ent[x].pin++;
+				cached = e->kv.ent[x].tokens;
 				q->entry = x;
 				q->info.entry = x + 1;
 			}
@@ -572,7 +570,7 @@ cache_admit(eng *e, rec *q)
 				if (x == ENG_NONE)
 					break;
 				kv_touch(&e->kv, x);
-				cached += e->kv.hot[x].tokens;
+				cached += e->kv.ent[x].tokens;
 			}
 		}
 	}
@@ -609,7 +607,7 @@ cache_prefilled(eng *e, rec *q)
 			if (x == ENG_NONE)
 				break;
 			kv_grow(e, x, e->cfg.block_tokens, &q->info);
-			if (e->kv.hot[x].tokens < e->cfg.block_tokens) {
+			if (e->kv.ent[x].tokens < e->cfg.block_tokens) {
 				kv_remove(&e->kv, x);
 				break;
 			}
@@ -631,8 +629,8 @@ cache_done(eng *e, rec *q)
 	if (x == ENG_NONE)
 		return;
 	kv_grow(e, x, q->info.input_tokens + q->info.output_tokens, &q->info);
-	e->kv.lk[x].pin--;
-	if (e->kv.hot[x].tokens == 0 && e->kv.lk[x].pin == 0)
+	e->kv.ent[x].pin--;
+	if (e->kv.ent[x].tokens == 0 && e->kv.ent[x].pin == 0)
 		kv_remove(&e->kv, x);
 	q->entry = ENG_NONE;
 }
@@ -645,8 +643,8 @@ cache_unpin(eng *e, rec *q)
 
 	if (x == ENG_NONE)
 		return;
-	e->kv.lk[x].pin--;
-	if (e->kv.hot[x].tokens == 0 && e->kv.lk[x].pin == 0)
+	e->kv.ent[x].pin--;
+	if (e->kv.ent[x].tokens == 0 && e->kv.ent[x].pin == 0)
 		kv_remove(&e->kv, x);
 	q->entry = ENG_NONE;
 }
@@ -1499,12 +1497,12 @@ eng_cached_prefix(const eng *e, const eng_req *r)
 		return 0;
 	if (r->key != 0) {
 		if ((x = kv_find_hint(&e->kv, r->key, r->hint)) != ENG_NONE)
-			cached = e->kv.hot[x].tokens;
+			cached = e->kv.ent[x].tokens;
 	} else if (r->blocks != NULL) {
 		for (i = 0; i < r->nblocks; i++) {
 			if ((x = kv_find(&e->kv, r->blocks[i])) == ENG_NONE)
 				break;
-			cached += e->kv.hot[x].tokens;
+			cached += e->kv.ent[x].tokens;
 		}
 	}
 	return cached < r->input_tokens ? cached : r->input_tokens;
