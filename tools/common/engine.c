@@ -93,11 +93,13 @@ typedef struct kvcache {
 
 /* The decode heap is 4-ary; its items are 16 bytes and the array starts
  * three items into a cache line, so that the four children of an item share
- * one line.  The push order that breaks ties is kept in the record. */
+ * one line.  The push order that breaks ties is kept in the record; the
+ * item carries the record's cache entry, so that the next event's entry can
+ * be fetched without reading the record first. */
 typedef struct heap_item {
 	double		t;
 	uint32_t	h;
-	uint32_t	unused;
+	uint32_t	entry;		/* the record's pinned entry (prefetch) */
 } heap_item;
 
 #define HEAP_SKEW	3
@@ -143,6 +145,7 @@ struct eng {
 
 	/* simple model */
 	uint32_t	 pq_head, pq_tail;	/* prefill FIFO; head in progress */
+	uint32_t	 pref_entry;	/* its pinned cache entry, or ENG_NONE */
 	heap_item	*heap;		/* heapmem + HEAP_SKEW; slots items */
 	heap_item	*heapmem;
 	uint32_t	 nheap;
@@ -658,7 +661,7 @@ static void
 renext(eng *e)
 {
 	double t = INFINITY;
-	uint32_t h = ENG_NONE;
+	uint32_t h = ENG_NONE, x = ENG_NONE;
 
 	if (e->step_model) {
 		if (e->step_busy)
@@ -669,10 +672,12 @@ renext(eng *e)
 		if (e->nheap > 0) {
 			t = e->heap[0].t;
 			h = e->heap[0].h;
+			x = e->heap[0].entry;
 		}
 		if (e->pref_busy && e->pref_end < t) {
 			t = e->pref_end;
 			h = e->pq_head;
+			x = e->pref_entry;
 		}
 	}
 	e->next_t = t;
@@ -685,6 +690,8 @@ renext(eng *e)
 		__builtin_prefetch(q + 64);
 		__builtin_prefetch(q + 128);
 	}
+	if (x != ENG_NONE)
+		__builtin_prefetch(&e->kv.ent[x]);
 }
 
 /* The callback sees the record's own numbers: records never move, and h is
@@ -797,7 +804,7 @@ heap_up(eng *e, uint32_t i, heap_item x)
 static void
 heap_push(eng *e, double t, uint32_t h)
 {
-	heap_item x = { .t = t, .h = h };
+	heap_item x = { .t = t, .h = h, .entry = R(e, h)->entry };
 
 	if (e->nheap == e->slots)
 		abort();	/* sized to slots at creation: cannot happen */
@@ -868,6 +875,7 @@ prefill_start(eng *e, double t)
 	e->pref_start = q->pstart;
 	e->pref_end = q->pend;
 	e->pref_unc = q->info.uncached_tokens;
+	e->pref_entry = q->entry;
 }
 
 static void
