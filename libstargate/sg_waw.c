@@ -1583,18 +1583,18 @@ hint_find_slow(struct waw *w, const char *hint, size_t len)
  * candidate index or -1.  A leaf call whose work fits in the registers a
  * call may clobber, so it saves none.
  */
-static __attribute__((noinline)) long
-hint_probe(const struct hintix *T, const char *p, size_t len)
+/*
+ * The chain of index T from slot h >> T->shift for the id p[0..len), whose
+ * first and last words (hint_ends) are a and b: its candidate index or -1.
+ */
+static inline __attribute__((always_inline)) long
+hint_chain(const struct hintix *T, uint64_t h, const char *p, size_t len,
+    uint64_t a, uint64_t b)
 {
-	uint64_t h, key, e, a, b;
+	uint64_t key = (h & HINT_TAG) | (uint64_t)len << 16, e;
 	size_t i;
 	long k;
 
-	memcpy(&a, p, sizeof(a));
-	memcpy(&b, p + len - 8, sizeof(b));
-	h = __builtin_expect(T->whole, 0) ? hint_hash_all(p, len) :
-	    hint_hash_ends(a, b, len);
-	key = (h & HINT_TAG) | (uint64_t)len << 16;
 	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
 	    i = (i + 1) & T->mask) {
 		if ((e ^ key) >> 16 != 0)
@@ -1604,6 +1604,18 @@ hint_probe(const struct hintix *T, const char *p, size_t len)
 			return k;
 	}
 	return -1;
+}
+
+static __attribute__((noinline)) long
+hint_probe(const struct hintix *T, const char *p, size_t len)
+{
+	uint64_t h, a, b;
+
+	memcpy(&a, p, sizeof(a));
+	memcpy(&b, p + len - 8, sizeof(b));
+	h = __builtin_expect(T->whole, 0) ? hint_hash_all(p, len) :
+	    hint_hash_ends(a, b, len);
+	return hint_chain(T, h, p, len, a, b);
 }
 
 /*
@@ -1619,8 +1631,7 @@ hint_find(struct waw *w, const char *hint, size_t len)
 {
 	sgi_rings *R = w->s->rings;
 	const struct hintix *T;
-	uint64_t h, key, e, a, b;
-	size_t i;
+	uint64_t h, a, b;
 	long k;
 
 	if (__builtin_expect(R != NULL && R->hint.n == w->x->n &&
@@ -1635,16 +1646,7 @@ hint_find(struct waw *w, const char *hint, size_t len)
 		return hint_probe(T, hint, len);
 	hint_ends(hint, len, &a, &b);
 	h = T->whole ? hint_hash_all(hint, len) : hint_hash_ends(a, b, len);
-	key = (h & HINT_TAG) | (uint64_t)len << 16;
-	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
-	    i = (i + 1) & T->mask) {
-		if ((e ^ key) >> 16 != 0)
-			continue;
-		k = (long)(e & 0xffff) - 1;
-		if (hint_eq(T->text + T->off[k], hint, len, a, b))
-			return k;
-	}
-	return -1;
+	return hint_chain(T, h, hint, len, a, b);
 }
 
 /*
