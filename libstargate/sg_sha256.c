@@ -5,8 +5,7 @@
  * store key: short messages of one or two blocks, where a portable
  * SHA-256 spends a few thousand instructions a block and the x86 SHA
  * extensions (sha256rnds2, sha256msg1/2) about a hundred.  The block
- * function is chosen per update from __builtin_cpu_supports() (SHA, SSSE3
- * and SSE4.1: libgcc reads cpuid once, at start-up; no state of ours).
+ * function is chosen once, at load time (see resolve_blocks below).
  * Elsewhere, and for a hash begun with sg_sha256_init_portable(), the
  * portable C below runs.
  * Both produce the digests of any SHA-256 (tests/unit/test_sha256.c).
@@ -16,8 +15,9 @@
  */
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && defined(__GLIBC__)
 #define SHA_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>
@@ -164,27 +164,60 @@ blocks_ni(uint32_t h[8], const unsigned char *p, size_t n)
 
 #endif
 
-static blocks_fn *
-best_blocks(void)
-{
+/*
+ * The choice is the dynamic loader's: blocks_auto is an ifunc, resolved
+ * once when the library is loaded, from cpuid (SHA in leaf 7, SSSE3 and
+ * SSE4.1 in leaf 1).  A cpuid here costs microseconds (a VM exit), so it
+ * is never asked per hash, and the answer lives in the GOT, not in a
+ * variable of ours.  The resolver runs while the loader is still
+ * relocating, before the sanitizers are set up: it touches registers only
+ * and carries no instrumentation (a coverage counter is a global).
+ */
 #ifdef SHA_X86
-	if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("ssse3") &&
-	    __builtin_cpu_supports("sse4.1"))
-		return blocks_ni;
+#if defined(__clang__)
+#define NO_INSTRUMENT __attribute__((no_sanitize("address", "undefined", "coverage")))
+#else
+#define NO_INSTRUMENT __attribute__((no_sanitize("address", "undefined")))
 #endif
-	return blocks_c;
+NO_INSTRUMENT
+static blocks_fn *
+resolve_blocks(void)
+{
+	unsigned int max, a, b, c, d;
+	bool ssse3, sse41;
+
+	/* cpuid.h's macros, not its functions: no call out of this one. */
+	__cpuid(0, max, b, c, d);
+	if (max < 7)
+		return blocks_c;
+	__cpuid(1, a, b, c, d);
+	ssse3 = (c & bit_SSSE3) != 0;
+	sse41 = (c & bit_SSE4_1) != 0;
+	__cpuid_count(7, 0, a, b, c, d);
+	return (b & bit_SHA) != 0 && ssse3 && sse41 ? blocks_ni : blocks_c;
 }
+
+static void blocks_auto(uint32_t *, const unsigned char *, size_t)
+    __attribute__((ifunc("resolve_blocks")));
+#define BEST_BLOCKS blocks_auto
+#else
+#define BEST_BLOCKS blocks_c
+#endif
 
 static blocks_fn *
 blocks(const sg_sha256_ctx *c)
 {
-	return c->portable ? blocks_c : best_blocks();
+	return c->portable ? blocks_c : BEST_BLOCKS;
 }
 
 bool
 sg_sha256_accelerated(void)
 {
-	return best_blocks() != blocks_c;
+#ifdef SHA_X86
+	return resolve_blocks() != blocks_c;
+#else
+	return false;
+#endif
 }
 
 /* --- framing -------------------------------------------------------------- */
