@@ -19,10 +19,9 @@
 #define SHA_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
-#elif defined(__SSE2__)
-#include <emmintrin.h>
 #endif
 
+#include "sg_common.h"
 #include "sg_sha256.h"
 
 static const uint32_t K[64] = {
@@ -302,42 +301,11 @@ sg_sha256(unsigned char out[SG_SHA256_BYTES], const void *data, size_t len)
 
 /* --- hex ------------------------------------------------------------------ */
 
-#ifdef __SSE2__
-/* 16 nibbles (one a byte) as hex digits. */
-static inline __m128i
-hex_digits(__m128i n)
-{
-	__m128i gt = _mm_cmpgt_epi8(n, _mm_set1_epi8(9));
-
-	return _mm_add_epi8(_mm_add_epi8(n, _mm_set1_epi8('0')),
-	    _mm_and_si128(gt, _mm_set1_epi8('a' - '0' - 10)));
-}
-#endif
-
 void
 sg_sha256_hex(char out[SG_SHA256_HEX_LEN + 1], const void *data, size_t len)
 {
 	unsigned char d[SG_SHA256_BYTES];
-	int i;
 
 	sg_sha256(d, data, len);
-#ifdef __SSE2__
-	for (i = 0; i < SG_SHA256_BYTES; i += 16) {
-		const __m128i lo4 = _mm_set1_epi8(0x0f);
-		__m128i x = _mm_loadu_si128((const __m128i *)(void *)(d + i));
-		__m128i lo = _mm_and_si128(x, lo4);
-		__m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), lo4);
-
-		_mm_storeu_si128((__m128i *)(void *)(out + 2 * i),
-		    hex_digits(_mm_unpacklo_epi8(hi, lo)));
-		_mm_storeu_si128((__m128i *)(void *)(out + 2 * i + 16),
-		    hex_digits(_mm_unpackhi_epi8(hi, lo)));
-	}
-#else
-	for (i = 0; i < SG_SHA256_BYTES; i++) {
-		out[2 * i] = "0123456789abcdef"[d[i] >> 4];
-		out[2 * i + 1] = "0123456789abcdef"[d[i] & 0x0f];
-	}
-#endif
-	out[SG_SHA256_HEX_LEN] = '\0';
+	sg_hex(out, d, sizeof(d));
 }

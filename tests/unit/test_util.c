@@ -2,6 +2,8 @@
  * test_util.c — sg_util.c: strict numbers, durations, booleans, UTF-8,
  * trimming, hex.
  */
+#include <stdio.h>
+
 #include "sg_test.h"
 
 #include "sg_common.h"
@@ -101,11 +103,36 @@ test_trim_and_hex(void **state)
 	assert_string_equal(hex, "00ab7f");
 }
 
+/* The 16-byte steps and the byte tail agree with a digit table, every length. */
+static void
+test_hex_every_length_and_byte(void **state)
+{
+	unsigned char in[70];
+	char got[2 * sizeof(in) + 1], want[2 * sizeof(in) + 1];
+	size_t n, i;
+
+	(void)state;
+	for (i = 0; i < sizeof(in); i++)
+		in[i] = (unsigned char)(i * 37 + 11);
+	in[0] = 0x00;
+	in[1] = 0xff;
+	in[17] = 0x9a;
+	for (n = 0; n <= sizeof(in); n++) {
+		memset(got, 'x', sizeof(got));
+		for (i = 0; i < n; i++)
+			snprintf(want + 2 * i, 3, "%02x", in[i]);
+		want[2 * n] = '\0';
+		sg_hex(got, in, n);
+		assert_string_equal(got, want);
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_u64_strict),
+		cmocka_unit_test(test_hex_every_length_and_byte),
 		cmocka_unit_test(test_parse_duration_go_style),
 		cmocka_unit_test(test_parse_bool_go_style),
 		cmocka_unit_test(test_utf8_validation),
