@@ -11,8 +11,8 @@
  * cut only between characters).  After a truncation later fields are
  * dropped.
  *
- * SHA-256 comes from libsodium; crypto_hash_sha256 needs no sodium_init()
- * (no random numbers are involved), as in sg_identity.c.
+ * SHA-256 is sg_sha256() (sg_sha256.h), the library's one implementation,
+ * as in sg_identity.c: the same digests as any other SHA-256.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -22,10 +22,9 @@
 #include <strings.h>
 #include <time.h>
 
-#include <sodium.h>
-
 #include "sg_log.h"
 #include "sg_metrics.h"
+#include "sg_sha256.h"
 
 #define LIMIT		(SG_LOG_LINE_MAX - 1)	/* bytes before the '\n' */
 #define RESERVE		5	/* a marker (<= 4) + a closing quote */
@@ -408,15 +407,14 @@ sg_log_bool(sg_log_rec *r, const char *key, bool v)
 void
 sg_log_hashed(sg_log_rec *r, const char *key, const char *secret, size_t n)
 {
-	unsigned char h[crypto_hash_sha256_BYTES];
+	unsigned char h[SG_SHA256_BYTES];
 	char hex[HASH_HEX + 1];
 
 	if (!r->on)
 		return;
 	if (secret == NULL)
 		n = 0;
-	crypto_hash_sha256(h, (const unsigned char *)(secret == NULL ? "" :
-	    secret), n);
+	sg_sha256(h, secret == NULL ? "" : secret, n);
 	sg_hex(hex, h, HASH_HEX / 2);
 	field(r, key, hex, HASH_HEX);
 }

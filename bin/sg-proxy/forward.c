@@ -142,6 +142,7 @@ preq_get(proxy *p)
 	q->gen = NULL;
 	q->model = NULL;
 	q->t0 = mono_ms();
+	q->now_ms = 0;
 	q->phase = PQ_ROUTING;
 	sg_request_init(&q->sr);
 	q->has_budget = false;

@@ -42,7 +42,9 @@
  * serving cluster (the router's x-stargate-cluster-id, or the in-process
  * selection), the session's entry is written: batched for at most
  * WB_MS (a store commit costs far more than an entry, and the store
- * thread commits what it finds queued in one transaction), then queued to
+ * thread commits what it finds queued in one transaction; a later write
+ * of a key still in the batch takes the batched write's place, fold()),
+ * then queued to
  * the store (sg_store_put_seq never blocks), its result counted when the
  * commit record arrives on the store's eventfd.  Until it is committed a
  * write answers this worker's lookups of its key itself (read your
@@ -74,6 +76,7 @@
 
 #include "../common/cli.h"
 #include "proxy.h"
+#include "sg_sha256.h"
 
 #define SPAN_LOOKUP	"llm-api-gateway.last_cluster_lookup"
 #define SPAN_WRITE	"llm-api-gateway.last_cluster_write"
@@ -308,15 +311,16 @@ gateway_free_keys(proxy *p)
 }
 
 /*
- * The entry of the request's bearer key, or NULL.  Every entry is
- * compared (sodium_memcmp, constant time), so the time taken says nothing
- * about which entry, or how much of one, matched.
+ * The entry of the request's bearer key, or NULL.  The key's SHA-256
+ * (sg_sha256) is compared with every entry (sodium_memcmp, constant
+ * time), so the time taken says nothing about which entry, or how much of
+ * one, matched.
  */
 static const apikey *
 auth_key(proxy *p, h1s_req *req)
 {
 	const char *v = h1s_find_header(req, "authorization");
-	unsigned char h[crypto_hash_sha256_BYTES];
+	unsigned char h[SG_SHA256_BYTES];
 	const apikey *found = NULL;
 	size_t i, len;
 
@@ -331,7 +335,7 @@ auth_key(proxy *p, h1s_req *req)
 	sg_trim(&v, &len);
 	if (len == 0)
 		return NULL;
-	crypto_hash_sha256(h, (const unsigned char *)v, len);
+	sg_sha256(h, v, len);
 	for (i = 0; i < p->nkeys; i++)
 		if (sodium_memcmp(h, p->keys[i].hash, sizeof(h)) == 0 &&
 		    found == NULL)
@@ -484,7 +488,8 @@ write_result(proxy *p, gwwrite *w, int rc, const char *error)
 
 		*s = sg_metric_series(p->m.lc_writes, v);
 	}
-	sg_series_inc(*s);
+	/* a folded write shares the result of the one it joined */
+	sg_series_add(*s, 1.0 + (double)w->folded);
 	otlp_span_str(&w->span, "result", res);
 	if (rc != 0) {
 		otlp_span_status(&w->span, OTLP_STATUS_ERROR, error);
@@ -558,9 +563,10 @@ hand_over(proxy *p)
 			p->wb_tail = NULL;
 		p->nwb--;
 		w->next = NULL;
+		w->batched = false;
 		memset(&err, 0, sizeof(err));
 		rc = sg_store_put_seq(p->store, w->key, SG_LC_KEY_LEN, w->cl,
-		    strlen(w->cl), &w->seq, &err);
+		    w->cl_len, &w->seq, &err);
 		if (rc != 0) {
 			p->wpending--;
 			write_result(p, w, rc, err.text[0] != '\0' ?
@@ -583,13 +589,46 @@ on_wb_timer(evutil_socket_t fd, short what, void *arg)
 	hand_over(arg);
 }
 
-/* Queue the session's entry: cluster id cl served it. */
+static gwwrite *recent_write(proxy *p, const char *key);
+
+/*
+ * A write of a key whose last write still waits in the batch (not yet
+ * handed to the store) takes that write's place: its cluster id, written
+ * at the hand-over, is what the store would have kept anyway (last write
+ * wins, and the entry's time, hence its TTL, is the hand-over's), so the
+ * store is handed one put per key and batch, not one per request.  The
+ * write counts on its own in the metrics (folded), and its request id is
+ * the one a failed write's log names.  Only without recorded spans: a
+ * traced write keeps its own span and put.
+ */
+static bool
+fold(preq *q, const char *cl, size_t cl_len)
+{
+	proxy *p = q->p;
+	gwwrite *w = recent_write(p, q->gw.key);
+
+	if (w == NULL || !w->batched || w->span.recording ||
+	    q->span.recording)
+		return false;
+	memcpy(w->cl, cl, cl_len);
+	w->cl[cl_len] = '\0';
+	w->cl_len = cl_len;
+	copy_label(w->rid, sizeof(w->rid), q->gw.rid);
+	w->folded++;
+	q->gw.remembered = true;
+	return true;
+}
+
+/* Queue the session's entry: cluster id cl[0..cl_len) (valid, at most
+ * SG_ID_MAX bytes) served it. */
 static void
-remember(preq *q, const char *cl)
+remember(preq *q, const char *cl, size_t cl_len)
 {
 	proxy *p = q->p;
 	gwwrite *w;
 
+	if (fold(q, cl, cl_len))
+		return;
 	if ((w = p->wfree) != NULL)
 		p->wfree = w->next;
 	else if ((w = calloc(1, sizeof(*w))) == NULL)
@@ -597,6 +636,8 @@ remember(preq *q, const char *cl)
 	w->next = w->hnext = NULL;
 	w->hprev = NULL;
 	w->seq = 0;
+	w->folded = 0;
+	w->batched = false;
 	copy_label(w->rid, sizeof(w->rid), q->gw.rid);
 	copy_label(w->model, sizeof(w->model), q->gw.id.model);
 	copy_label(w->rk, sizeof(w->rk), q->gw.id.routing_key);
@@ -607,7 +648,9 @@ remember(preq *q, const char *cl)
 		    q->gw.id.routing_key);
 	q->gw.remembered = true;
 	memcpy(w->key, q->gw.key, sizeof(w->key));
-	copy_label(w->cl, sizeof(w->cl), cl);
+	memcpy(w->cl, cl, cl_len);
+	w->cl[cl_len] = '\0';
+	w->cl_len = cl_len;
 	if (p->store == NULL) {
 		write_result(p, w, SG_ESTORE, "no store");
 		return;
@@ -617,6 +660,7 @@ remember(preq *q, const char *cl)
 	else
 		p->wb = w;
 	p->wb_tail = w;
+	w->batched = true;
 	wh_add(p, w);
 	p->nwb++;
 	p->wpending++;
@@ -631,10 +675,10 @@ remember(preq *q, const char *cl)
 }
 
 /* The newest write of key not yet committed, or NULL. */
-static const gwwrite *
+static gwwrite *
 recent_write(proxy *p, const char *key)
 {
-	const gwwrite *w;
+	gwwrite *w;
 
 	if (p->wh == NULL)
 		return NULL;
@@ -766,12 +810,13 @@ int
 gateway_reply_start(preq *q, int status, const char *cluster_id)
 {
 	gwreq *g = &q->gw;
+	size_t n;
 
 	gateway_reply_headers(q);
 	if (status >= 200 && status < 300 && g->has_key && !g->remembered &&
-	    cluster_id != NULL &&
-	    sg_lc_cluster_id_valid(cluster_id, strlen(cluster_id)))
-		remember(q, cluster_id);
+	    cluster_id != NULL && (n = strnlen(cluster_id, SG_ID_MAX + 1)) <=
+	    SG_ID_MAX && sg_lc_cluster_id_valid(cluster_id, n))
+		remember(q, cluster_id, n);
 	if (status == 503 && g->uerrcodes == 1 && g->uoverloaded)
 		return 529;
 	return status;
@@ -1324,18 +1369,44 @@ idle_check(preq *q)
 
 /* --- after the lookup: the trusted headers, then route or forward ------- */
 
+/*
+ * Role all: the hint straight into the router's request, as the header
+ * contract delivers it (sg_gateway_build and the router's parser apply the
+ * same optional-string rule, and only to an eligible session), without a
+ * header built and parsed back per request.  An engine never gets the
+ * header (header_forbidden), so the engine's headers are the same.
+ */
+static void
+hint_direct(preq *q)
+{
+	gwreq *g = &q->gw;
+	const char *t;
+	size_t tlen;
+
+	if (g->hint_len == 0 || !sg_gateway_store_eligible(&g->id) ||
+	    !sg_optional_string(g->hint, g->hint_len, &t, &tlen))
+		return;
+	if (t != g->hint)
+		memmove(g->hint, t, tlen);
+	g->hint[tlen] = '\0';
+	g->hint_len = tlen;
+	q->sr.last_cluster_id = g->hint;
+	q->sr.last_cluster_id_len = tlen;
+}
+
 static void
 proceed(preq *q)
 {
 	proxy *p = q->p;
 	gwreq *g = &q->gw;
+	bool inproc = p->conf->role_id != ROLE_GATEWAY;
 	const sg_algdef *def;
 	sg_error err;
 	int rc;
 
 	q->phase = PQ_ROUTING;
 	g->rt.request_id = g->rid;
-	g->rt.last_cluster_id = g->hint[0] != '\0' ? g->hint : NULL;
+	g->rt.last_cluster_id = g->hint_len > 0 && !inproc ? g->hint : NULL;
 	memset(&err, 0, sizeof(err));
 	if ((rc = sg_gateway_build(&g->gh, &g->id, &g->rt, &err)) != 0 ||
 	    (rc = sg_gateway_request(&q->sr, &g->gh, &err)) != 0) {
@@ -1347,10 +1418,11 @@ proceed(preq *q)
 			    err.text[0] != '\0' ? err.text : sg_strerror(rc));
 		return;
 	}
-	if (p->conf->role_id == ROLE_GATEWAY) {
+	if (!inproc) {
 		to_router(q);
 		return;
 	}
+	hint_direct(q);
 	if ((rc = sg_lbconf_resolve(p->lb, q->sr.model, q->sr.routing_method,
 	    q->sr.routing_method_invalid, &def, &err)) != 0) {
 		if (rc == SG_EREQUEST && err.status != 0) {
@@ -1383,20 +1455,34 @@ count_lookup(proxy *p, int res)
 	sg_series_inc(*s);
 }
 
+/*
+ * The lookup's end: rc and, on a hit, the cluster id cl[0..cl_len) (NULL:
+ * the store's entry in g->lk).  The clock is read once here: for the
+ * duration histogram and, passed down in q->now_ms, for the routing step
+ * that follows at once.
+ */
 static void
-lookup_done(preq *q, int rc, const char *error)
+lookup_done(preq *q, int rc, const char *error, const char *cl,
+    size_t cl_len)
 {
 	proxy *p = q->p;
 	gwreq *g = &q->gw;
-	double secs = (double)(sg_store_mono_ns() - g->lk_t0) / 1e9;
+	uint64_t now = sg_store_mono_ns();
+	double secs = (double)(now - g->lk_t0) / 1e9;
 	int res;
 
-	if (rc == 0 && sg_lc_cluster_id_valid(g->lk.entry.cluster_id,
-	    g->lk.entry.cluster_id_len)) {
+	if (rc == 0 && cl == NULL) {
+		cl = g->lk.entry.cluster_id;
+		cl_len = g->lk.entry.cluster_id_len;
+		if (!sg_lc_cluster_id_valid(cl, cl_len))
+			cl = NULL;
+	}
+	q->now_ms = (double)now / 1e6;
+	if (rc == 0 && cl != NULL) {
 		res = LK_HIT;
-		memcpy(g->hint, g->lk.entry.cluster_id,
-		    g->lk.entry.cluster_id_len);
-		g->hint[g->lk.entry.cluster_id_len] = '\0';
+		memcpy(g->hint, cl, cl_len);
+		g->hint[cl_len] = '\0';
+		g->hint_len = cl_len;
 	} else if (rc == 0 || rc == SG_ENOTFOUND)
 		res = LK_MISS;
 	else if (rc == ETIMEDOUT || rc == EBUSY)
@@ -1409,14 +1495,12 @@ lookup_done(preq *q, int rc, const char *error)
 	sg_series_observe(p->m.lc_dur_s, secs);
 	otlp_span_str(&g->lspan, "result", lookup_results[res]);
 	if (res == LK_ERROR || res == LK_TIMEOUT) {
-		double now = mono_ms();
-
 		otlp_span_status(&g->lspan, OTLP_STATUS_ERROR,
 		    lookup_results[res]);
-		if (res == LK_ERROR || now - p->last_timeout_log >=
+		if (res == LK_ERROR || q->now_ms - p->last_timeout_log >=
 		    TIMEOUT_LOG_MS) {
 			if (res == LK_TIMEOUT)
-				p->last_timeout_log = now;
+				p->last_timeout_log = q->now_ms;
 			log_store(p, "stargate last-cluster lookup failed",
 			    g->rid, g->id.model, g->id.routing_key,
 			    lookup_results[res], error != NULL ? error :
@@ -1438,7 +1522,7 @@ on_lookup(sg_store_lookup_req *req, void *arg)
 	q->gw.lk_pending = false;
 	evtimer_del(q->timer);
 	lookup_done(q, q->gw.lk.rc, q->gw.lk.err.text[0] != '\0' ?
-	    q->gw.lk.err.text : NULL);
+	    q->gw.lk.err.text : NULL, NULL, 0);
 }
 
 void
@@ -1456,7 +1540,7 @@ gateway_on_timer(preq *q)
 		if (!q->gw.lk_pending)
 			return;
 		gateway_cancel(q);
-		lookup_done(q, ETIMEDOUT, "lookup deadline passed");
+		lookup_done(q, ETIMEDOUT, "lookup deadline passed", NULL, 0);
 		return;
 	}
 	idle_check(q);
@@ -1468,6 +1552,7 @@ lookup(preq *q)
 {
 	proxy *p = q->p;
 	gwreq *g = &q->gw;
+	const gwwrite *w;
 	uint64_t deadline;
 	struct timeval tv;
 	int rc;
@@ -1490,21 +1575,15 @@ lookup(preq *q)
 		otlp_span_str(&g->lspan, "nvcf.function.id", g->id.routing_key);
 	if (p->store == NULL || !sg_store_connected(p->store)) {
 		lookup_done(q, SG_ESTORE, p->store == NULL ? "no store" :
-		    "store not connected");
+		    "store not connected", NULL, 0);
 		return;
 	}
-	memset(&g->lk, 0, sizeof(g->lk));
-	{
-		const gwwrite *w = recent_write(p, g->key);
-
-		if (w != NULL) {	/* newer than anything committed */
-			g->lk.entry.cluster_id_len = strlen(w->cl);
-			memcpy(g->lk.entry.cluster_id, w->cl,
-			    g->lk.entry.cluster_id_len + 1);
-			lookup_done(q, 0, NULL);
-			return;
-		}
+	/* newer than anything committed (valid: remember checked it) */
+	if ((w = recent_write(p, g->key)) != NULL) {
+		lookup_done(q, 0, NULL, w->cl, w->cl_len);
+		return;
 	}
+	/* g->lk is the store's to initialise (sg_store.h) */
 	rc = sg_store_lookup_start(p->store, &g->lk, g->key, SG_LC_KEY_LEN,
 	    deadline, on_lookup, q);
 	if (rc == EINPROGRESS) {
@@ -1515,7 +1594,7 @@ lookup(preq *q)
 		return;
 	}
 	lookup_done(q, rc == 0 ? g->lk.rc : rc, g->lk.err.text[0] != '\0' ?
-	    g->lk.err.text : NULL);
+	    g->lk.err.text : NULL, NULL, 0);
 }
 
 /* --- accepting a request --------------------------------------------------- */
@@ -1745,6 +1824,7 @@ gateway_release(preq *q)
 	g->gh.n = 0;
 	g->on = g->has_key = g->remembered = false;
 	g->rid[0] = g->hint[0] = g->ucluster[0] = '\0';
+	g->hint_len = 0;
 	g->blen = g->rblen = 0;
 	g->send = NULL;
 	g->rw = RW_NONE;

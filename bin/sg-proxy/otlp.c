@@ -522,7 +522,12 @@ otlp_span_start(struct otlp_exporter *exp, otlp_span *s, const char *name,
 		s->has_parent = false;
 		s->ctx.flags = 0x02;	/* Level 2 "random trace id" */
 	}
-	otlp_random_span_id(s->ctx.span_id);
+	/* an internal span that records nothing is never exported nor
+	 * propagated (no traceparent names it): it needs no id */
+	if (s->recording || kind != OTLP_KIND_INTERNAL)
+		otlp_random_span_id(s->ctx.span_id);
+	else
+		memset(s->ctx.span_id, 0, OTLP_SPAN_ID_LEN);
 	if (s->recording)
 		s->ctx.flags |= OTLP_FLAG_SAMPLED;
 	else if (exp != NULL)

@@ -220,6 +220,7 @@ typedef struct gwreq {
 	char			 key[SG_LC_KEY_LEN + 1];
 	bool			 has_key;	/* eligible: lookup and write */
 	char			 hint[SG_ID_MAX + 1];
+	size_t			 hint_len;	/* strlen(hint) */
 	sg_store_lookup_req	 lk;
 	bool			 lk_pending;
 	uint64_t		 lk_t0;		/* sg_store_mono_ns */
@@ -258,6 +259,9 @@ struct preq {
 	cgen			*gen;
 	const pmodel		*model;		/* NULL: model not served */
 	double			 t0;		/* arrival, monotonic ms */
+	double			 now_ms;	/* a clock reading route_step may
+						 * take as its own (the lookup's
+						 * end), else 0 */
 	int			 phase;
 	sg_request		 sr;
 	bool			 has_budget;	/* x-stargate-max-wait-ms */
@@ -354,6 +358,10 @@ typedef struct gwwrite {
 	uint64_t	 seq;
 	char		 key[SG_LC_KEY_LEN + 1];
 	char		 cl[SG_ID_MAX + 1];
+	size_t		 cl_len;		/* strlen(cl) */
+	bool		 batched;		/* in p->wb, not yet queued */
+	unsigned	 folded;		/* later writes of the key folded
+						 * into this one (gateway.c) */
 	otlp_span	 span;			/* last_cluster_write */
 	char		 rid[160];
 	char		 model[128];

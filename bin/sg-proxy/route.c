@@ -193,11 +193,14 @@ static void
 route_step(preq *q)
 {
 	proxy *p = q->p;
-	double now = mono_ms(), elapsed = now - q->t0;
+	/* the lookup that ran just before read the clock already */
+	double now = q->now_ms > 0 ? q->now_ms : mono_ms(), elapsed = now -
+	    q->t0;
 	sg_decision d;
 	sg_error err;
 	int rc;
 
+	q->now_ms = 0;
 	q->phase = PQ_ROUTING;
 	if (q->model == NULL) {
 		finalize(q, 404, "no_eligible_candidates", NULL);
