@@ -74,6 +74,35 @@ start_redis() {
 	[ "$(rhdr 4 "$HINT")" = C ]
 }
 
+@test "writes of one session within one write batch: each counted, each next turn carries the last cluster, the store keeps the last (last write wins)" {
+	local b key i urls=() n
+	start_gateway "${LCON[@]}"
+	b=$(cbody acme/dummy-model '{"prompt_cache_key": "pck-batch"}')
+	key=$(lc_key "$b")
+	rscript "$(jq -nc '[range(1; 9) | {cluster_id: "C\(.)"}]')"
+	# one curl, one connection: eight turns a few milliseconds apart, most
+	# inside one write batch (a later write of the key takes the batched
+	# one's place until the batch is handed to the store)
+	for i in $(seq 1 8); do
+		urls+=("$GW_URL/v1/chat/completions")
+	done
+	curl -sS --max-time 20 -o /dev/null -H 'content-type: application/json' \
+	    --data-binary "$b" "${urls[@]}"
+	[ "$(rcount)" = 8 ]
+	rlacks 1 "$HINT"
+	for i in $(seq 2 8); do
+		[ "$(rhdr "$i" "$HINT")" = "C$((i - 1))" ]
+	done
+	lc_wait "$key" C8
+	wait_for 50 0.1 bash -c "[ \"\$(curl -s $GW_URL/metrics | grep -E '^llm_api_gateway_last_cluster_writes_total\{[^}]*result=\"ok\"' | awk '{print \$NF}')\" = 8 ]"
+	n=$(gmsum llm_api_gateway_last_cluster_writes_total 'result="error"')
+	[ "$n" = 0 ]
+	# and the next turn, after the commit, reads C8 from the store
+	creq "$b"
+	[ "$STATUS" = 200 ]
+	[ "$(rhdr 9 "$HINT")" = C8 ]
+}
+
 @test "one gateway with two workers shares the store between them" {
 	local b key i
 	start_gateway "${LCON[@]}" --workers 2
