@@ -23,7 +23,8 @@
  *     commit): sg_store_put() never waits for the disk, only for a mutex, so
  *     it may be called from an event loop.  sg_store_flush() waits.  With
  *     opts.commit_delay_us a write waits in the queue up to that long for
- *     others to share its transaction.
+ *     others to share its transaction (LMDB: the store thread wakes once,
+ *     at the window's end, per transaction).
  *   - Visibility: a write is seen by lookups (in every process) once it is
  *     committed: after sg_store_flush(), or by itself a moment later, within
  *     commit_delay_us plus the transactions queued before it.  (A lookup
@@ -393,6 +394,11 @@ typedef struct sg_store_stats {
 	uint64_t	 superseded;	/* puts replaced by a later put of the
 					 * same key in the same transaction,
 					 * so never written (LMDB) */
+	uint64_t	 window_waits;	/* sleeps of the store thread in a
+					 * commit window (LMDB: the first
+					 * write to an idle store arms its
+					 * timer for the window's end, so
+					 * it sleeps no second time) */
 	/* Redis (LMDB: zero): INFO memory of the primary (Cluster: summed
 	 * over the primaries), and the nodes reached. */
 	uint64_t	 mem_used;	/* used_memory, bytes */

@@ -19,12 +19,18 @@
  * batch that would commit short of batch_max is first topped up with what
  * was queued meanwhile, so it is cut short only when nothing waits.  By
  * default a batch is never made to wait; with commit_delay_us (the commit
- * window) a write to an empty queue wakes the store thread, which then
- * sleeps until that write has waited the window (or a batch is full, or a
- * flush, compaction, maintenance or close calls) and commits everything
- * queued in one transaction: under a steady trickle of writes the thread
- * wakes by its own timer once per window, and a put costs no system call
- * (only the write that finds the thread idle signals it).  A put is one
+ * window) the store thread commits a write once it has waited the window
+ * (or a batch is full, or a flush, compaction, maintenance or close calls),
+ * with everything queued meanwhile, in one transaction.  An idle store
+ * thread sleeps in poll(2) on a timer descriptor, and the write to an
+ * empty queue arms that timer for the end of its window (one
+ * timerfd_settime(2), no wake-up), so the thread wakes once per commit, by
+ * the timer; later puts cost no system call.  (Waking it at once, for it
+ * to sleep again until the window's end, was a second wake-up and a
+ * cross-CPU futex wake per commit, about a fifth of the store thread's CPU
+ * under sg-proxy's writes.)  Urgent work fires the timer at once; a
+ * thread already awake (busy, or in the window after its own periodic
+ * wake) waits on a condition variable as before.  A put is one
  * descent: MDB_NOOVERWRITE inserts a new
  * key or leaves the cursor on the old entry, overwritten in place.
  * The environment is opened MDB_NOSYNC (never MDB_WRITEMAP): a committed
@@ -152,6 +158,8 @@
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/types.h>
 
 #include <errno.h>
@@ -159,6 +167,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -193,6 +202,7 @@ enum { FAULT_NONE, FAULT_REMOVED, FAULT_TRUNCATED };	/* lstore.fault */
 enum { SW_NO, SW_SWAPPED, SW_REMOVED };			/* env_swapped() */
 
 enum { OP_PUT, OP_DEL, OP_EXPIRE };
+enum { KICK_NONE, KICK_WINDOW, KICK_NOW };	/* lstore.kick */
 
 struct op {
 	uint64_t	t;		/* PUT: write time; EXPIRE: seen write time */
@@ -261,6 +271,9 @@ struct lstore {
 	struct job	*job;
 	bool		 stop, idle;
 	bool		 lingering;	/* in the commit window (commit_delay_us) */
+	int		 kick;		/* KICK_*: what tfd is armed for */
+	int		 tfd;		/* timerfd: wakes the idle store thread */
+	uint64_t	 window_waits;	/* sleeps in the commit window */
 	unsigned	 flushing;	/* sg_store_flush() callers waiting */
 	uint64_t	 q_first_ns;	/* when the queue last became non-empty */
 	uint64_t	 wakeups;	/* times the queue was taken */
@@ -335,14 +348,66 @@ mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* CLOCK_MONOTONIC nanoseconds to an absolute timespec. */
+static void
+ns_to_ts(uint64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000ULL);
+	ts->tv_nsec = (long)(ns % 1000000000ULL);
+}
+
+/*
+ * The idle store thread's timer (kick_locked()), or -1: then it sleeps on
+ * work_cv as it lingers, and the first write of a window wakes it twice.
+ * The system call is made directly: a program may answer timerfd_create(3)
+ * itself (sg-proxy makes libevent go without timer descriptors that way),
+ * and this descriptor is the library's own.
+ */
+static int
+timer_open(void)
+{
+	long fd = syscall(SYS_timerfd_create, CLOCK_MONOTONIC,
+	    TFD_CLOEXEC | TFD_NONBLOCK);
+
+	return fd >= 0 && fd <= INT_MAX ? (int)fd : -1;
+}
+
+/*
+ * s->mu held, the store thread idle (asleep in poll() on s->tfd): make it
+ * wake at CLOCK_MONOTONIC at_ns (0: at once; a time past is at once too).
+ * The timer is all that wakes an idle thread, so that the first write of
+ * a commit window arms it for the window's end and the thread wakes once,
+ * to commit, rather than once for the write and again for the window.
+ */
+static void
+kick_locked(struct lstore *s, uint64_t at_ns, int why)
+{
+	struct itimerspec its;
+
+	if (s->kick >= why)
+		return;
+	if (s->tfd < 0) {	/* no timer: wake it now (it then lingers) */
+		pthread_cond_signal(&s->work_cv);
+		s->kick = KICK_NOW;
+		return;
+	}
+	memset(&its, 0, sizeof(its));
+	ns_to_ts(at_ns > 0 ? at_ns : 1, &its.it_value);
+	(void)timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+	s->kick = why;
+}
+
 /*
  * s->mu held: wake the store thread for urgent work (a flush, a
- * compaction, maintenance) if it sleeps, idle or in the commit window.
+ * compaction, maintenance, close) if it sleeps, idle or in the commit
+ * window.
  */
 static void
 wake_locked(struct lstore *s)
 {
-	if (s->idle || s->lingering)
+	if (s->idle)
+		kick_locked(s, 0, KICK_NOW);
+	else if (s->lingering)
 		pthread_cond_signal(&s->work_cv);
 }
 
@@ -1998,14 +2063,6 @@ periodic(struct lstore *s, bool force_sync)
 	}
 }
 
-/* CLOCK_MONOTONIC nanoseconds to an absolute timespec. */
-static void
-ns_to_ts(uint64_t ns, struct timespec *ts)
-{
-	ts->tv_sec = (time_t)(ns / 1000000000ULL);
-	ts->tv_nsec = (long)(ns % 1000000000ULL);
-}
-
 /*
  * s->mu held, writes queued: the commit window.  Sleep until the oldest
  * queued write has waited commit_delay_us, so that the writes that come
@@ -2026,9 +2083,42 @@ linger(struct lstore *s)
 			break;
 		ns_to_ts(end, &ts);
 		s->lingering = true;
+		s->window_waits++;
 		(void)pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
 		s->lingering = false;
 	}
+}
+
+/*
+ * s->mu held, nothing to do: sleep until s->tfd fires (kick_locked(): a
+ * write's commit window ended, or urgent work) or ms pass.  False when the
+ * time ran out.  A kick that comes after the thread woke for another
+ * reason fires later and wakes it once for nothing.
+ */
+static bool
+sleep_idle(struct lstore *s, uint64_t ms)
+{
+	struct pollfd pfd = { .fd = s->tfd, .events = POLLIN };
+	struct timespec ts;
+	uint64_t n;
+	int rc;
+
+	s->idle = true;
+	if (s->tfd < 0) {
+		ns_to_ts(mono_ns() + ms * 1000000, &ts);
+		rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+		s->idle = false;
+		s->kick = KICK_NONE;
+		return rc != ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&s->mu);
+	rc = poll(&pfd, 1, (int)ms);
+	if (rc > 0 && read(s->tfd, &n, sizeof(n)) < 0)
+		n = 0;		/* EAGAIN: disarmed meanwhile */
+	pthread_mutex_lock(&s->mu);
+	s->idle = false;
+	s->kick = KICK_NONE;
+	return rc != 0;
 }
 
 static void *
@@ -2046,8 +2136,6 @@ store_main(void *arg)
 		while (s->qlen == s->qhead && s->job == NULL && !s->stop &&
 		    atomic_load(&s->maint) == 0) {
 			uint64_t now = mono_ms(), due;
-			struct timespec ts;
-			int rc;
 
 			due = s->last_check + READER_CHECK_MS;
 			if (now + GEN_POLL_MS < due)
@@ -2057,17 +2145,7 @@ store_main(void *arg)
 				due = s->last_sync + s->o.sync_interval_ms;
 			if (due <= now)
 				break;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_sec += (time_t)((due - now) / 1000);
-			ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			s->idle = true;
-			rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
-			s->idle = false;
-			if (rc == ETIMEDOUT)
+			if (!sleep_idle(s, due - now))
 				break;
 		}
 		if (s->stop && s->qlen == s->qhead && s->job == NULL)
@@ -2158,13 +2236,19 @@ enqueue(struct lstore *s, const struct op *op, bool trylock, uint64_t *seq,
 	if (seq != NULL)
 		*seq = s->enq;
 	/*
-	 * One signal per sleep: the first write wakes an idle store thread
-	 * (later ones find idle cleared and cost no system call); in the
-	 * commit window only a full batch cuts the wait short.
+	 * One timer per sleep: the first write arms an idle store thread's
+	 * timer for the end of its commit window (or at once, without a
+	 * window), and the thread wakes once, to commit; later writes find
+	 * it armed and cost no system call.  A full batch cuts the window
+	 * short, idle or lingering.
 	 */
 	if (s->idle) {
-		s->idle = false;
-		pthread_cond_signal(&s->work_cv);
+		if (s->o.commit_delay_us > 0 &&
+		    s->qlen - s->qhead < s->o.batch_max)
+			kick_locked(s, s->q_first_ns +
+			    (uint64_t)s->o.commit_delay_us * 1000, KICK_WINDOW);
+		else
+			kick_locked(s, 0, KICK_NOW);
 	} else if (s->lingering && s->qlen - s->qhead >= s->o.batch_max) {
 		s->lingering = false;
 		pthread_cond_signal(&s->work_cv);
@@ -2830,6 +2914,7 @@ out:
 	st->commits = s->commits;
 	st->wakeups = s->wakeups;
 	st->superseded = s->superseded;
+	st->window_waits = s->window_waits;
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
@@ -2865,6 +2950,8 @@ lm_free(struct lstore *s)
 		munmap(s->genp, 4096);
 	if (s->genfd >= 0)
 		close(s->genfd);
+	if (s->tfd >= 0)
+		close(s->tfd);
 	pthread_rwlock_destroy(&s->rw);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->job_mu);
@@ -2889,7 +2976,7 @@ lm_close(void *be)
 	if (s->thr_started) {
 		pthread_mutex_lock(&s->mu);
 		s->stop = true;
-		pthread_cond_signal(&s->work_cv);
+		wake_locked(s);
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(s->thr, NULL);
 	}
@@ -2955,6 +3042,7 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 		return sg_seterr(err, SG_ENOMEM, "out of memory");
 	s->o = *o;
 	s->genfd = -1;
+	s->tfd = -1;
 	atomic_init(&s->rtxn, NULL);
 	atomic_init(&s->up, false);
 	bus_install();
@@ -3012,6 +3100,7 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 	if ((rc = env_open(s, err)) != 0)
 		goto fail;
 	s->last_sync = s->last_check = mono_ms();
+	s->tfd = timer_open();
 	if ((rc = pthread_create(&s->thr, NULL, store_main, s)) != 0) {
 		rc = sg_seterr(err, rc, "cannot start the store thread: %s",
 		    strerror(rc));
