@@ -6,12 +6,9 @@
  */
 #include "sg_test.h"
 
-#include <ftw.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
-#include "sg_store.h"
+#include "sg_store_fixture.h"
 #include "sg_store_internal.h"
 
 struct fx {
@@ -21,25 +18,13 @@ struct fx {
 };
 
 static int
-rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int
 setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sg-test-store-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
-	sg_store_opts_init(&f->o);
-	f->o.path = f->dir;
-	f->o.create = true;
+	sgt_tmpdir(f->dir, sizeof(f->dir), "store");
+	sgt_opts(&f->o, f->dir, NULL);
 	*state = f;
 	return 0;
 }
@@ -50,7 +35,7 @@ teardown(void **state)
 	struct fx *f = *state;
 
 	sg_store_close(f->s);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	sgt_rmtree(f->dir);
 	free(f);
 	return 0;
 }

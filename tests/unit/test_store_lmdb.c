@@ -13,7 +13,6 @@
 
 #include <fcntl.h>
 
-#include <ftw.h>
 #include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "sg_store.h"
+#include "sg_store_fixture.h"
 
 struct fx {
 	char		 dir[64];
@@ -66,28 +65,16 @@ fx_commit(const sg_store_commit *c, void *arg)
 }
 
 static int
-rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int
 setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sg-test-store-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	sgt_tmpdir(f->dir, sizeof(f->dir), "store");
 	atomic_store(&f->now, 1700000000000ULL);
 	pthread_mutex_init(&f->mu, NULL);
 	pthread_cond_init(&f->cv, NULL);
-	sg_store_opts_init(&f->o);
-	f->o.path = f->dir;
-	f->o.create = true;
+	sgt_opts(&f->o, f->dir, NULL);
 	f->o.clock = fx_clock;
 	f->o.clock_arg = f;
 	f->o.on_commit = fx_commit;
@@ -102,7 +89,7 @@ teardown(void **state)
 	struct fx *f = *state;
 
 	sg_store_close(f->s);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	sgt_rmtree(f->dir);
 	pthread_mutex_destroy(&f->mu);
 	pthread_cond_destroy(&f->cv);
 	free(f);
@@ -112,13 +99,7 @@ teardown(void **state)
 static void
 fx_open(struct fx *f)
 {
-	sg_error e;
-	int rc;
-
-	sg_error_clear(&e);
-	rc = sg_store_open(&f->s, &f->o, &e);
-	if (rc != 0)
-		fail_msg("open: %s", e.text);
+	sgt_open(&f->s, &f->o);
 }
 
 static void
@@ -1438,7 +1419,7 @@ test_fault_removed_store_is_disconnected_then_recreated_by_a_write(
 	put_i(f->s, 1, "c1");
 	flush_ok(f->s);
 	assert_true(sg_store_connected(f->s));
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	sgt_rmtree(f->dir);
 	/* found by the store thread's own check, without any use */
 	assert_true(wait_connected(f->s, false));
 	path_of(p, sizeof(p), f, "data.mdb");
@@ -1476,7 +1457,7 @@ test_fault_removed_store_made_again_elsewhere_is_reopened(void **state)
 	fx_open(f);
 	put_i(f->s, 1, "c1");
 	flush_ok(f->s);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	sgt_rmtree(f->dir);
 	assert_true(wait_connected(f->s, false));
 	/* another process makes the store again with one entry */
 	pid = fork();

@@ -8,9 +8,6 @@
  */
 #include "sg_test.h"
 
-#include <sys/stat.h>
-
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +15,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "sg_store.h"
+#include "sg_store_fixture.h"
 #include "sg_store_internal.h"
 
 #define MS	1000000ULL	/* ns */
@@ -89,25 +86,13 @@ struct fx {
 };
 
 static int
-rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int
 setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sg-test-loop-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
-	sg_store_opts_init(&f->o);
-	f->o.path = f->dir;
-	f->o.create = true;
+	sgt_tmpdir(f->dir, sizeof(f->dir), "loop");
+	sgt_opts(&f->o, f->dir, NULL);
 	f->o.events = true;
 	*state = f;
 	return 0;
@@ -120,7 +105,7 @@ teardown(void **state)
 
 	hook_release();
 	sg_store_close(f->s);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	sgt_rmtree(f->dir);
 	free(f);
 	return 0;
 }
@@ -128,11 +113,7 @@ teardown(void **state)
 static void
 fx_open(struct fx *f)
 {
-	sg_error e;
-
-	sg_error_clear(&e);
-	if (sg_store_open(&f->s, &f->o, &e) != 0)
-		fail_msg("open: %s", e.text);
+	sgt_open(&f->s, &f->o);
 }
 
 static void
