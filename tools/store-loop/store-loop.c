@@ -27,6 +27,7 @@
  * lookup, as sg-proxy's pending-write table answers it.
  *
  * Usage: store-loop [--ops N] [--rate R] [--sessions K] [--handover-ms MS]
+ *                   [--handover-max N]
  *                   [--commit-delay-ms MS] [--rounds N] [--dir DIR]
  *                   [--read-your-writes]
  */
@@ -49,12 +50,14 @@
 
 #define MAXROUNDS	64
 #define HANDOVER_MAX	128	/* writes per hand-over, as sg-proxy */
+#define HANDOVER_LIMIT	65536	/* --handover-max bound */
 
 struct cfg {
 	unsigned long	 ops;
 	double		 rate;
 	unsigned	 sessions;
 	double		 handover_ms;
+	unsigned	 handover_max;	/* writes per hand-over at most */
 	double		 commit_delay_ms;
 	unsigned	 rounds;
 	const char	*dir;
@@ -207,7 +210,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	int ep, tfd, evfd = -1;
 	sg_error err;
 
-	if ((pb = calloc(HANDOVER_MAX, sizeof(*pb))) == NULL ||
+	if ((pb = calloc(c->handover_max, sizeof(*pb))) == NULL ||
 	    (last = calloc(c->sessions, sizeof(*last))) == NULL)
 		exit(1);
 	ops_done = 0;
@@ -255,7 +258,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 		last[i % c->sessions] = UNSENT;
 		pb[npb].sess = i % c->sessions;
 		memcpy(pb[npb++].key, key, sizeof(key));
-		if (c->handover_ms <= 0 || npb == HANDOVER_MAX ||
+		if (c->handover_ms <= 0 || npb == c->handover_max ||
 		    (double)(now_ns(CLOCK_MONOTONIC) - last_ho) >=
 		    c->handover_ms * 1e6) {
 			hand_over(s, pb, &npb, last);
@@ -335,7 +338,8 @@ usage(FILE *f)
 {
 	fprintf(f, "usage: store-loop [--ops N] [--rate R] [--sessions K] "
 	    "[--handover-ms MS]\n"
-	    "                  [--commit-delay-ms MS] [--rounds N] "
+	    "                  [--handover-max N] [--commit-delay-ms MS] "
+	    "[--rounds N]\n                  "
 	    "[--dir DIR] [--read-your-writes]\n");
 }
 
@@ -347,6 +351,7 @@ main(int argc, char **argv)
 		{ "rate", required_argument, NULL, 'r' },
 		{ "sessions", required_argument, NULL, 'k' },
 		{ "handover-ms", required_argument, NULL, 'H' },
+		{ "handover-max", required_argument, NULL, 'M' },
 		{ "commit-delay-ms", required_argument, NULL, 'd' },
 		{ "rounds", required_argument, NULL, 'R' },
 		{ "dir", required_argument, NULL, 'D' },
@@ -354,7 +359,8 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cfg c = { 100000, 10000, 10, 10, -1, 5, "/tmp", false };
+	struct cfg c = { 100000, 10000, 10, 10, HANDOVER_MAX, -1, 5, "/tmp",
+	    false };
 	struct result base[MAXROUNDS], st[MAXROUNDS];
 	double d[MAXROUNDS], m, l, h;
 	unsigned i;
@@ -367,6 +373,9 @@ main(int argc, char **argv)
 		case 'k': c.sessions = (unsigned)strtoul(optarg, NULL, 10);
 			break;
 		case 'H': c.handover_ms = strtod(optarg, NULL); break;
+		case 'M': c.handover_max = (unsigned)strtoul(optarg, NULL,
+			    10);
+			break;
 		case 'd': c.commit_delay_ms = strtod(optarg, NULL); break;
 		case 'R': c.rounds = (unsigned)strtoul(optarg, NULL, 10);
 			break;
@@ -376,13 +385,14 @@ main(int argc, char **argv)
 		default: usage(stderr); return 64;
 		}
 	if (c.ops == 0 || c.sessions == 0 || c.rounds == 0 ||
+	    c.handover_max == 0 || c.handover_max > HANDOVER_LIMIT ||
 	    c.rounds > MAXROUNDS) {
 		usage(stderr);
 		return 64;
 	}
 	printf("store-loop: ops %lu rate %.0f/s sessions %u handover %.1f ms "
-	    "commit delay %s%.1f ms rounds %u\n", c.ops, c.rate, c.sessions,
-	    c.handover_ms, c.commit_delay_ms < 0 ? "default " : "",
+	    "(at most %u) commit delay %s%.1f ms rounds %u\n", c.ops, c.rate,
+	    c.sessions, c.handover_ms, c.handover_max, c.commit_delay_ms < 0 ? "default " : "",
 	    c.commit_delay_ms < 0 ? 0 : c.commit_delay_ms, c.rounds);
 	for (i = 0; i < c.rounds; i++) {
 		run_round(&c, false, &base[i]);
