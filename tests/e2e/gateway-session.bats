@@ -283,3 +283,24 @@ turns() {
 	[ "$(msum llm_api_gateway_last_cluster_writes_total 'result="ok"')" = 2 ]
 	[ "$(msum llm_api_gateway_last_cluster_lookup_duration_seconds_count)" = 2 ]
 }
+
+@test "all role: a stored hint with blanks around it reaches the router stage trimmed, as over the header contract" {
+	local b key
+	start_engine A
+	start_engine B
+	write_clusters "$T/clusters.json" "$(cl_entry A)" "$(cl_entry B)"
+	b=$(cbody acme/dummy-model '{"prompt_cache_key": "pck-blank-hint"}')
+	key=$(lc_key "$b")
+	"$BIN/sg-lastcluster" -d "$STORE" put "$key" ' B '
+	[ "$(lc_get "$key")" = ' B ' ]
+	start_role proxy-all all --clusters "$T/clusters.json" "${LCON[@]}" \
+	    --decision-log "$T/dlog.ndjson"
+	GW_URL=$ROLE_URL
+	creq "$b"
+	[ "$STATUS" = 200 ]
+	wait_for 50 0.1 test -s "$T/dlog.ndjson"
+	# the in-process router's request holds what a remote router parses
+	# from x-stargate-last-cluster-id: the optional-string rule, trimmed
+	[ "$(head -1 "$T/dlog.ndjson" | jq -r '.request.last_cluster_id')" = B ] ||
+	    { head -1 "$T/dlog.ndjson"; return 1; }
+}
