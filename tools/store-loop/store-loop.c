@@ -17,7 +17,8 @@
  * Per operation it reports the CPU of the whole process (every thread:
  * CLOCK_PROCESS_CPUTIME_ID), of the loop thread (CLOCK_THREAD_CPUTIME_ID),
  * of the other threads (the difference: the store thread), context switches
- * (getrusage) and write transactions (sg_store_stats_get).  The store is a
+ * (getrusage: the process's, and less the loop thread's, the store
+ * thread's) and write transactions (sg_store_stats_get).  The store is a
  * new directory under --dir per round, removed afterwards.  Medians over
  * --rounds with the min-max spread; the last line is the store's added CPU
  * per request (store minus baseline, medians of the rounds' differences).
@@ -65,7 +66,7 @@ struct cfg {
 };
 
 struct result {
-	double	cpu_us, loop_us, other_us, csw, commits, wall_s;
+	double	cpu_us, loop_us, other_us, csw, other_csw, commits, wall_s;
 };
 
 struct pend {
@@ -203,7 +204,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	sg_store_lookup_req req;
 	sg_store_stats st;
 	struct epoll_event e;
-	struct rusage ru0, ru1;
+	struct rusage ru0, ru1, rt0, rt1;
 	uint64_t p0, t0, w0, due, last_ho, gap;
 	unsigned long i, records = 0;
 	size_t npb = 0;
@@ -230,6 +231,7 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	}
 	gap = c->rate > 0 ? (uint64_t)(1e9 / c->rate) : 0;
 	getrusage(RUSAGE_SELF, &ru0);
+	getrusage(RUSAGE_THREAD, &rt0);
 	p0 = now_ns(CLOCK_PROCESS_CPUTIME_ID);
 	t0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 	w0 = now_ns(CLOCK_MONOTONIC);
@@ -279,8 +281,12 @@ run_round(const struct cfg *c, bool store, struct result *res)
 	    (double)c->ops;
 	res->other_us = res->cpu_us - res->loop_us;
 	getrusage(RUSAGE_SELF, &ru1);
+	getrusage(RUSAGE_THREAD, &rt1);
 	res->csw = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw + ru1.ru_nivcsw -
 	    ru0.ru_nivcsw) / (double)c->ops;
+	/* the store thread's: the process's less the loop thread's */
+	res->other_csw = res->csw - (double)(rt1.ru_nvcsw - rt0.ru_nvcsw +
+	    rt1.ru_nivcsw - rt0.ru_nivcsw) / (double)c->ops;
 	res->commits = 0;
 	if (s != NULL) {
 		if (sg_store_stats_get(s, &st, &err) == 0)
@@ -317,11 +323,11 @@ report(const char *name, struct result *r, unsigned n)
 {
 	double v[MAXROUNDS], m, lo, hi;
 	static const char *col[] = { "cpu us/op", "loop us/op",
-	    "other us/op", "csw/op", "commits/op" };
+	    "other us/op", "csw/op", "other csw/op", "commits/op" };
 	unsigned i, j;
 
 	printf("%-9s", name);
-	for (j = 0; j < 5; j++) {
+	for (j = 0; j < 6; j++) {
 		for (i = 0; i < n; i++) {
 			const double *f = &r[i].cpu_us;
 
