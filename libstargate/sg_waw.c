@@ -902,6 +902,7 @@ struct hintix {
 	/* read by every probe, together */
 	uint64_t	 ids;		/* the ids version indexed */
 	size_t		 n;		/* candidates indexed; 0: no index */
+	size_t		 nfast;		/* n if hashed by the ends, else SIZE_MAX */
 	bool		 whole;		/* hashed by every word (hint_hash_all) */
 	unsigned char	 shift;		/* 64 - log2(entries): slot = h >> shift */
 	uint32_t	 mask;		/* entries - 1 */
@@ -936,6 +937,7 @@ hint_free(struct hintix *T)
 	free(T->off);
 	free(T->text);
 	memset(T, 0, sizeof(*T));
+	T->nfast = SIZE_MAX;	/* no index */
 }
 
 static unsigned
@@ -1359,6 +1361,7 @@ rings_get(sgi_scratch *s)
 		if ((R = calloc(1, sizeof(*R))) == NULL)
 			return NULL;
 		R->freelist = RNIL;
+		R->hint.nfast = SIZE_MAX;	/* no index */
 		s->rings = R;
 	}
 	return R;
@@ -1491,6 +1494,7 @@ hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 	unsigned bits = 4;
 
 	T->n = 0;		/* no index until it is whole */
+	T->nfast = SIZE_MAX;
 	for (i = 0; i < n; i++)
 		tl += cls[i].id_len;
 	while (ne < 4 * n) {	/* at most a quarter full: short probes */
@@ -1516,6 +1520,7 @@ hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 	}
 	T->ids = ids;
 	T->n = n;
+	T->nfast = T->whole || n == 0 ? SIZE_MAX : n;
 	return 0;
 }
 
@@ -1579,11 +1584,6 @@ hint_find_slow(struct waw *w, const char *hint, size_t len)
 }
 
 /*
- * The probe of index T for the id p[0..len), 8 <= len <= SG_ID_MAX: its
- * candidate index or -1.  A leaf call whose work fits in the registers a
- * call may clobber, so it saves none.
- */
-/*
  * The chain of index T from slot h >> T->shift for the id p[0..len), whose
  * first and last words (hint_ends) are a and b: its candidate index or -1.
  */
@@ -1606,47 +1606,81 @@ hint_chain(const struct hintix *T, uint64_t h, const char *p, size_t len,
 	return -1;
 }
 
+/*
+ * The general probe of index T for the id p[0..len), 0 < len <=
+ * SG_ID_MAX: its candidate index or -1.
+ */
 static __attribute__((noinline)) long
 hint_probe(const struct hintix *T, const char *p, size_t len)
 {
 	uint64_t h, a, b;
 
+	hint_ends(p, len, &a, &b);
+	h = T->whole ? hint_hash_all(p, len) : hint_hash_ends(a, b, len);
+	return hint_chain(T, h, p, len, a, b);
+}
+
+/*
+ * The usual probe, inline: an index hashed by the ends (T->nfast holds
+ * its candidate count) and an id of 8..24 bytes, which three words
+ * compare whole (the first, the last, and the one at 8, or again the last
+ * below 17 bytes).  The entry in the id's home slot answers; any other
+ * case (another entry there, or one whose tag matches but not its bytes)
+ * walks the chain with hint_probe(), so the answer is the same.
+ */
+static inline __attribute__((always_inline)) long
+hint_probe_fast(const struct hintix *T, const char *p, size_t len)
+{
+	uint64_t a, b, h, e, x, y, key;
+	size_t mid = len > 16 ? 8 : len - 8;
+	const char *t;
+	long k;
+
 	memcpy(&a, p, sizeof(a));
 	memcpy(&b, p + len - 8, sizeof(b));
-	h = __builtin_expect(T->whole, 0) ? hint_hash_all(p, len) :
-	    hint_hash_ends(a, b, len);
-	return hint_chain(T, h, p, len, a, b);
+	h = hint_hash_ends(a, b, len);
+	key = (h & HINT_TAG) | (uint64_t)len << 16;
+	e = T->e[h >> T->shift];
+	if (e == 0)
+		return -1;	/* an empty home slot: no chain */
+	if (__builtin_expect((e ^ key) >> 16 == 0, 1)) {
+		k = (long)(e & 0xffff) - 1;
+		t = T->text + T->off[k];
+		memcpy(&x, t, sizeof(x));
+		memcpy(&y, t + len - 8, sizeof(y));
+		a ^= x;
+		b ^= y;
+		memcpy(&x, t + mid, sizeof(x));
+		memcpy(&y, p + mid, sizeof(y));
+		if ((a | b | (x ^ y)) == 0)
+			return k;
+	}
+	return hint_probe(T, p, len);
 }
 
 /*
  * Candidate index of the id hint[0..len) (len > 0) in the call's snapshot,
  * or -1: sg_snapshot_find()'s answer, through the hint index.  The index
  * holds when it was built for this ids version and candidate count (n is
- * 0 without one); it is never built in reference mode (set before a
- * router's first decision, sgi_scratch), which the slow path checks.
- * Ids under 8 bytes take the slow path's general probe.
+ * 0 without one, nfast SIZE_MAX); it is never built in reference mode (set
+ * before a router's first decision, sgi_scratch), which the slow path
+ * checks.  One test of the count covers the ends hash (nfast), the id's
+ * length the inline probe's three words.
  */
 static inline __attribute__((always_inline)) long
 hint_find(struct waw *w, const char *hint, size_t len)
 {
 	sgi_rings *R = w->s->rings;
-	const struct hintix *T;
-	uint64_t h, a, b;
 	long k;
 
-	if (__builtin_expect(R != NULL && R->hint.n == w->x->n &&
-	    R->hint.ids == waw_ids(w) && len - 8 <= SG_ID_MAX - 8, 1))
-		return hint_probe(&R->hint, hint, len);
+	if (__builtin_expect(R != NULL && R->hint.nfast == w->x->n &&
+	    R->hint.ids == waw_ids(w) && len - 8 <= 24 - 8, 1))
+		return hint_probe_fast(&R->hint, hint, len);
 	if ((k = hint_find_slow(w, hint, len)) != -2)
 		return k;
-	T = &w->s->rings->hint;
 	if (len > SG_ID_MAX)
 		return -1;	/* no candidate id is that long */
-	if (len >= 8)
-		return hint_probe(T, hint, len);
-	hint_ends(hint, len, &a, &b);
-	h = T->whole ? hint_hash_all(hint, len) : hint_hash_ends(a, b, len);
-	return hint_chain(T, h, hint, len, a, b);
+	return hint_probe(&w->s->rings->hint, hint, len);
 }
 
 /*
@@ -1725,39 +1759,21 @@ onepass:
 /* --- the session plan (stargate-lb-config(5)) ----------------------------- */
 
 /*
- * The rules apply: classify the request (once: the state is kept in it
- * across waits and retries) and return the last cluster's index when the
- * session is returning and the cluster is a candidate, else -1 (it is
- * looked up on every call: the snapshot may have changed).
- */
-static inline __attribute__((always_inline)) long
-plan_session(struct waw *w)
-{
-	sg_request *r = w->x->req;
-	const char *hint = r->last_cluster_id;
-	size_t len = r->last_cluster_id_len;
-	long li;
-
-	if (hint == NULL || hint[0] == '\0') {
-		if (r->session_state == SG_SESSION_UNCLASSIFIED)
-			r->session_state = SG_SESSION_NEW;
-		return -1;
-	}
-	li = hint_find(w, hint, len != 0 ? len : strlen(hint));
-	if (r->session_state == SG_SESSION_UNCLASSIFIED)
-		r->session_state = li < 0 ? SG_SESSION_STALE :
-		    SG_SESSION_RETURNING;
-	return r->session_state == SG_SESSION_RETURNING ? li : -1;
-}
-
-/*
  * Fill p: applies is false when the rules do not apply; then X and s are
- * the configured ones.  p->last >= 0 only for a returning session whose
- * last cluster is a candidate.
+ * the configured ones.  When they apply, classify the request (once: the
+ * state is kept in it across waits and retries); p->last is the last
+ * cluster's index when the session is returning and the cluster is a
+ * candidate, else -1 (it is looked up on every call: the snapshot may
+ * have changed).  new and stale sessions run with X' = 0 and s' = 1.0.
  */
 static inline __attribute__((always_inline)) void
 plan_classify(struct waw *w, bool applies, struct plan *p)
 {
+	sg_request *r = w->x->req;
+	const char *hint;
+	long li = -1;
+	int st;
+
 	p->applies = applies;
 	p->state = 0;
 	p->promoted = false;
@@ -1766,9 +1782,20 @@ plan_classify(struct waw *w, bool applies, struct plan *p)
 	p->scale = w->d->affinity_scale;
 	if (!applies)
 		return;
-	p->last = plan_session(w);
-	p->state = w->x->req->session_state;
-	if (p->state != SG_SESSION_RETURNING) {
+	st = r->session_state;
+	hint = r->last_cluster_id;
+	if (hint != NULL && hint[0] != '\0') {
+		li = hint_find(w, hint, r->last_cluster_id_len != 0 ?
+		    r->last_cluster_id_len : strlen(hint));
+		if (st == SG_SESSION_UNCLASSIFIED)
+			st = li < 0 ? SG_SESSION_STALE : SG_SESSION_RETURNING;
+	} else if (st == SG_SESSION_UNCLASSIFIED)
+		st = SG_SESSION_NEW;
+	r->session_state = st;
+	p->state = st;
+	if (st == SG_SESSION_RETURNING)
+		p->last = li;
+	else {
 		p->x_ms = 0;
 		p->scale = 1.0;
 	}
@@ -1784,27 +1811,31 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
     bool insert)
 {
 	size_t pos, l = (size_t)p->last;
+	bool moved = false;
 
 	if (p->last >= 0 && len > 0 && order[0] != l) {
-		if (len == 2 && insert)
-			pos = 1;	/* at 1 or absent: the same rotation */
-		else {
+		if (len == 2 && insert) {
+			/* K = 2: at 1 or absent, the same rotation */
+			order[1] = order[0];
+			order[0] = l;
+			moved = true;
+		} else {
 			for (pos = 1; pos < len && order[pos] != l; pos++)
 				;
 			if (pos == len)		/* absent */
 				pos = insert ? len - 1 : 0;	/* truncate */
-		}
-		if (pos == 1)		/* K = 2: one move, no call */
-			order[1] = order[0];
-		else if (pos > 1)
-			memmove(&order[1], &order[0], pos * sizeof(*order));
-		if (pos > 0 || insert) {
-			order[0] = l;
-			p->promoted = true;
+			if (pos > 0)
+				memmove(&order[1], &order[0],
+				    pos * sizeof(*order));
+			if (pos > 0 || insert) {
+				order[0] = l;
+				moved = true;
+			}
 		}
 	}
+	p->promoted = moved;
 	if (p->applies)
-		w->x->req->session_promoted = p->promoted;
+		w->x->req->session_promoted = moved;
 }
 
 /* The plan's decision fields (stargate-lb-config(5)). */
@@ -1930,7 +1961,7 @@ id_list(const struct waw *w, const size_t *a, size_t n)
 }
 
 static void
-explain_plan(struct waw *w, const struct plan *p, const size_t *orig,
+explain_plan(struct waw *w, struct plan p, const size_t *orig,
     const size_t *eff, size_t len, size_t group)
 {
 	json_t *e = w->x->explain, *o;
@@ -1939,12 +1970,12 @@ explain_plan(struct waw *w, const struct plan *p, const size_t *orig,
 
 	if (e == NULL)
 		return;
-	json_object_set_new(e, "x_ms", json_real(p->x_ms));
-	json_object_set_new(e, "scale", json_real(p->scale));
-	if (p->applies && (o = json_object()) != NULL) {
+	json_object_set_new(e, "x_ms", json_real(p.x_ms));
+	json_object_set_new(e, "scale", json_real(p.scale));
+	if (p.applies && (o = json_object()) != NULL) {
 		json_object_set_new(o, "state",
-		    json_string(sg_session_state_name(p->state)));
-		json_object_set_new(o, "promoted", json_boolean(p->promoted));
+		    json_string(sg_session_state_name(p.state)));
+		json_object_set_new(o, "promoted", json_boolean(p.promoted));
 		json_object_set_new(o, "last_cluster_id",
 		    hint != NULL ? json_string(hint) : json_null());
 		json_object_set_new(e, "session", o);
@@ -2040,7 +2071,7 @@ sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
 	plan_promote(&w, &p, group, m, true);
 	if (orig != NULL) {
 		/* idx2 is core scratch: render the orders before any phase */
-		explain_plan(&w, &p, orig, group, m, m);
+		explain_plan(&w, p, orig, group, m, m);
 	}
 
 	/* 2. affinity phase */
@@ -2170,7 +2201,7 @@ sgi_pulsar_waw(sgi_ctx *x, sg_decision *out)
 		/* idx2 holds the original order until the first phase */
 		memcpy(x->scratch->idx2, order, nr * sizeof(*order));
 		plan_promote(&w, &p, order, nr, false);
-		explain_plan(&w, &p, x->scratch->idx2, order, nr, kk);
+		explain_plan(&w, p, x->scratch->idx2, order, nr, kk);
 	} else
 		/* last is unranked (rot would say where): nothing moves */
 		plan_promote(&w, &p, order, lz.rank != NULL ? lz.done : nr,
