@@ -294,11 +294,24 @@ typedef struct sgi_rclookup {
 
 struct sgi_rcache_stats {
 	uint64_t	hits, misses, stores, weight_changes;
-	size_t		entries, capacity, bytes;
+	uint64_t	evictions;	/* live entries replaced by a store */
+	uint64_t	grows;		/* doublings under eviction pressure */
+	size_t		entries, capacity, bytes, budget;
 };
+
+/* The ranking cache's default memory budget (bytes), sgi_rcache_set_budget. */
+#define SGI_RCACHE_BUDGET_DEFAULT	((size_t)32 << 20)
 
 sgi_rcache	*sgi_rcache_new(void);		/* NULL on ENOMEM */
 void		 sgi_rcache_free(sgi_rcache *rc);	/* NULL is a no-op */
+/*
+ * The most bytes the cache may take (tables and weight states; it grows
+ * towards it only while admitted keys keep evicting live entries).  A
+ * cache over a smaller budget is rebuilt smaller at once, keeping what
+ * fits; it never holds fewer than 8 entries.  SG_EINVAL (rc NULL),
+ * SG_ENOMEM (the cache is then empty).
+ */
+int		 sgi_rcache_set_budget(sgi_rcache *rc, size_t bytes);
 /*
  * Look up the ranking of definition d over snap for this pulsar hash prefix
  * (sgi_pulsar_prefix).  On SGI_RC_HIT, rank[0..nr) is the ranking, valid

@@ -18,27 +18,41 @@
  * the rankings of that snapshot in O(n), and two snapshots that alternate
  * (double buffering, or a copy whose weights differ) keep a state each.
  *
- * Entries.  Up to MAX_ENTRIES in WAYS-way sets indexed by XXH3 of the prefix
- * bytes (a set's tags share one cache line).  An entry is keyed by its
- * prefix bytes, compared exactly (a hash collision can cost a miss, never a
- * wrong ranking), and by the weight generation it was computed under, so
- * alternating snapshots keep an entry each; it holds the ranking as uint16
- * candidate indices and its inverse (each candidate's rank + 1, 0 when
- * unranked: sgi_rcache_pos), so that a caller can find one candidate's
- * rank, or copy only the ranks it reads, without a pass over the
- * ranking.  Entries whose generation no longer belongs to a
- * weight state can never hit again and are replaced first, then the least
- * recently used.  The entry count shrinks with the candidate count so that
- * rankings and their inverses never take more than RANK_BYTES; prefixes longer than PFX_MAX
- * bytes (long keys) are never cached.  Memory is allocated when the
- * candidate count first needs it and kept; a larger snapshot reallocates
- * and starts empty.
+ * Entries.  WAYS-way sets indexed by XXH3 of the prefix bytes (a set's
+ * tags share one cache line, its LRU stamps and generations two more).  An
+ * entry is keyed by its prefix bytes, compared exactly (a hash collision
+ * can cost a miss, never a wrong ranking), and by the weight generation it
+ * was computed under, so alternating snapshots keep an entry each.  Its
+ * record is one block: the ranking as uint16 candidate indices, its inverse
+ * (each candidate's rank + 1, 0 when unranked: sgi_rcache_pos), so that a
+ * caller can find one candidate's rank, or copy only the ranks it reads,
+ * without a pass over the ranking, and the prefix bytes.  Records are
+ * sized for the candidate count (rounded up to 8) and the longest prefix
+ * met (rounded up to 32, up to PFX_MAX; longer prefixes, long keys, are
+ * never cached).  Entries whose generation no longer belongs to a weight
+ * state can never hit again and are replaced first, then the least
+ * recently used.
+ *
+ * Size.  The cache starts with MIN_ENTRIES entries and doubles when the
+ * keys it admits keep evicting live entries (more than a quarter of its
+ * entries since it last grew: a working set larger than the cache), as
+ * long as the whole cache stays within its byte budget
+ * (SGI_RCACHE_BUDGET_DEFAULT, 32 MiB, or sgi_rcache_set_budget): with
+ * a fleet's dozen candidates per model an entry takes about 200 bytes, so
+ * the default holds the rankings of over 100 000 sessions.  A working set
+ * that fits stops the growth; a stream of one-off keys never starts it
+ * (see admission).  Growing keeps every live entry, and so does a record
+ * that has to widen (more candidates, a longer prefix) while the budget
+ * holds them; otherwise the cache is rebuilt smaller and keeps what fits.
+ * Memory is allocated when the first lookup needs it.
  *
  * Admission.  A miss stores its ranking only when the key was seen on a
- * recent miss (a probation table of PROBATION key hashes in WAYS-way sets,
- * first in first out) or is cached under other weights (a hot key after a
- * weight change): a stream of one-off keys costs one table write per
- * decision and never evicts a hot key.
+ * recent miss (a probation table of key hashes, two per entry and at least
+ * PROB_MIN, in WAYS-way sets, first in first out) or is cached under other weights (a
+ * hot key after a weight change): a stream of one-off keys costs one table
+ * write per decision and never evicts a hot key.  The table grows with
+ * the cache, so a key returns within about twice the cache's entries of
+ * misses to be admitted (a session's next turn after its think time).
  *
  * Nothing here runs per decision except lookup (and store after a miss); no
  * allocation except when the cache grows.
@@ -51,14 +65,17 @@
 #include "sg_internal.h"
 
 #define WAYS		8
-#define MAX_ENTRIES	4096
-#define PROBATION	4096
+#define MIN_ENTRIES	4096
+#define PROB_PER_ENTRY	2		/* probation fingerprints per entry */
+#define PROB_MIN	32768		/* and at least these */
 #define PFX_MAX		320
-#define RANK_BYTES	((size_t)8 << 20)
+#define PFX_ROUND	32
+#define N_ROUND		8
 #define WSLOTS		4
 #define MAX_N		65535		/* uint16 indices */
 
 _Static_assert(SG_MAX_CANDIDATES <= MAX_N, "indices must fit uint16_t");
+_Static_assert(PFX_MAX <= UINT16_MAX, "prefix lengths fit uint16_t");
 
 struct wstate {
 	bool		 used;
@@ -70,29 +87,52 @@ struct wstate {
 	uint64_t	*w;		/* n weight bit patterns */
 };
 
-struct entry {
+/* Per entry, apart from its record: what a victim search reads. */
+struct meta {
 	uint64_t	 gen;		/* 0: empty */
 	uint64_t	 last;		/* LRU stamp */
-	uint32_t	 n;
-	uint32_t	 nr;		/* ranked candidates */
-	uint32_t	 pfx_len;
+};
+
+/*
+ * An entry's record: this header, then rank[ncap], pos[ncap] (uint16) and
+ * the prefix bytes (pfxcap).
+ */
+struct rec {
+	uint16_t	 n;
+	uint16_t	 nr;		/* ranked candidates */
+	uint16_t	 pfx_len;
+	uint16_t	 pad;
 };
 
 struct sgi_rcache {
-	size_t		 ncap;		/* a ranking's candidates; 0: none */
+	size_t		 ncap;		/* a record's candidates; 0: none */
+	size_t		 pfxcap;	/* a record's prefix bytes */
+	size_t		 recsz;		/* bytes per record */
 	size_t		 nent;		/* entries, a multiple of WAYS */
 	size_t		 nsets;		/* power of two */
+	size_t		 psets;		/* probation sets, power of two */
 	uint64_t	*tag;		/* per entry: XXH3 of its prefix */
-	struct entry	*ent;
-	unsigned char	*pfx;		/* nent * PFX_MAX */
-	uint16_t	*rank;		/* nent * ncap */
-	uint16_t	*pos;		/* nent * ncap: rank + 1 per candidate */
-	uint64_t	*prob;		/* PROBATION key hashes */
+	struct meta	*meta;
+	unsigned char	*rec;		/* nent * recsz */
+	uint64_t	*prob;		/* psets * WAYS key hashes */
 	unsigned char	*prob_next;	/* per probation set: next way */
+	size_t		 budget;	/* bytes */
+	size_t		 pressure;	/* live entries evicted since growth */
+	bool		 grow;		/* double at the next lookup */
 	struct wstate	 ws[WSLOTS];
 	uint64_t	 gen_next;
 	uint64_t	 clock;
 	struct sgi_rcache_stats st;
+};
+
+/* The storage of a table (the weight states are counted apart). */
+struct geom {
+	size_t		 ncap, pfxcap, recsz, nent, nsets, psets;
+	uint64_t	*tag;
+	struct meta	*meta;
+	unsigned char	*rec;
+	uint64_t	*prob;
+	unsigned char	*prob_next;
 };
 
 sgi_rcache *
@@ -100,35 +140,143 @@ sgi_rcache_new(void)
 {
 	sgi_rcache *rc = calloc(1, sizeof(*rc));
 
-	if (rc != NULL)
+	if (rc != NULL) {
 		rc->gen_next = 1;
+		rc->budget = SGI_RCACHE_BUDGET_DEFAULT;
+	}
 	return rc;
+}
+
+static size_t
+round_up(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+static size_t
+rec_bytes(size_t ncap, size_t pfxcap)
+{
+	return round_up(sizeof(struct rec) + 4 * ncap + pfxcap, 8);
+}
+
+/* Probation sets for a cache of nent entries (a power of two). */
+static size_t
+prob_sets(size_t nent)
+{
+	size_t n = nent * PROB_PER_ENTRY;
+
+	return (n > PROB_MIN ? n : PROB_MIN) / WAYS;
+}
+
+/* Bytes of a cache of nent entries of recsz, with ncap weight slots. */
+static size_t
+table_bytes(size_t nent, size_t recsz, size_t ncap)
+{
+	return sizeof(struct sgi_rcache) + nent * (sizeof(uint64_t) +
+	    sizeof(struct meta) + recsz) + prob_sets(nent) * (WAYS *
+	    sizeof(uint64_t) + 1) + WSLOTS * ncap * sizeof(uint64_t);
+}
+
+static void
+geom_free(struct geom *g)
+{
+	free(g->tag);
+	free(g->meta);
+	free(g->rec);
+	free(g->prob);
+	free(g->prob_next);
+	memset(g, 0, sizeof(*g));
+}
+
+static struct rec *
+rec_at(const unsigned char *base, size_t recsz, size_t slot)
+{
+	return (struct rec *)(void *)(base + slot * recsz);
+}
+
+static uint16_t *
+rec_rank(struct rec *r)
+{
+	return (uint16_t *)(void *)(r + 1);
+}
+
+static unsigned char *
+rec_pfx(struct rec *r, size_t ncap)
+{
+	return (unsigned char *)(rec_rank(r) + 2 * ncap);
+}
+
+/* Allocate an empty table: SG_ENOMEM (nothing held) or 0. */
+static int
+geom_alloc(struct geom *g, size_t nent, size_t ncap, size_t pfxcap)
+{
+	memset(g, 0, sizeof(*g));
+	g->ncap = ncap;
+	g->pfxcap = pfxcap;
+	g->recsz = rec_bytes(ncap, pfxcap);
+	g->nent = nent;
+	g->nsets = nent / WAYS;
+	g->psets = prob_sets(nent);
+	g->tag = calloc(nent, sizeof(*g->tag));
+	g->meta = calloc(nent, sizeof(*g->meta));
+	g->rec = malloc(nent * g->recsz);
+	g->prob = calloc(g->psets * WAYS, sizeof(*g->prob));
+	g->prob_next = calloc(g->psets, 1);
+	if (g->tag == NULL || g->meta == NULL || g->rec == NULL ||
+	    g->prob == NULL || g->prob_next == NULL) {
+		geom_free(g);
+		return SG_ENOMEM;
+	}
+	return 0;
+}
+
+static void
+geom_take(struct geom *g, const sgi_rcache *rc)
+{
+	g->ncap = rc->ncap;
+	g->pfxcap = rc->pfxcap;
+	g->recsz = rc->recsz;
+	g->nent = rc->nent;
+	g->nsets = rc->nsets;
+	g->psets = rc->psets;
+	g->tag = rc->tag;
+	g->meta = rc->meta;
+	g->rec = rc->rec;
+	g->prob = rc->prob;
+	g->prob_next = rc->prob_next;
+}
+
+static void
+geom_put(sgi_rcache *rc, const struct geom *g)
+{
+	rc->ncap = g->ncap;
+	rc->pfxcap = g->pfxcap;
+	rc->recsz = g->recsz;
+	rc->nent = g->nent;
+	rc->nsets = g->nsets;
+	rc->psets = g->psets;
+	rc->tag = g->tag;
+	rc->meta = g->meta;
+	rc->rec = g->rec;
+	rc->prob = g->prob;
+	rc->prob_next = g->prob_next;
 }
 
 static void
 release(sgi_rcache *rc)
 {
+	struct geom g;
 	size_t i;
 
-	free(rc->tag);
-	free(rc->ent);
-	free(rc->pfx);
-	free(rc->rank);
-	free(rc->pos);
-	free(rc->prob);
-	free(rc->prob_next);
+	geom_take(&g, rc);
+	geom_free(&g);
+	geom_put(rc, &g);
 	for (i = 0; i < WSLOTS; i++) {
 		free(rc->ws[i].w);
 		memset(&rc->ws[i], 0, sizeof(rc->ws[i]));
 	}
-	rc->tag = NULL;
-	rc->ent = NULL;
-	rc->pfx = NULL;
-	rc->rank = NULL;
-	rc->pos = NULL;
-	rc->prob = NULL;
-	rc->prob_next = NULL;
-	rc->ncap = rc->nent = rc->nsets = 0;
+	rc->pressure = 0;
+	rc->grow = false;
 }
 
 void
@@ -140,39 +288,143 @@ sgi_rcache_free(sgi_rcache *rc)
 	free(rc);
 }
 
+/* An entry computed under a weight state that still exists. */
+static bool
+live(const sgi_rcache *rc, uint64_t gen)
+{
+	size_t i;
+
+	for (i = 0; i < WSLOTS; i++)
+		if (rc->ws[i].used && rc->ws[i].gen == gen)
+			return true;
+	return false;
+}
+
+/* Remember key hash h in probation table g, first in first out. */
+static void
+prob_put(struct geom *g, uint64_t h)
+{
+	size_t set = (size_t)(h >> 32) & (g->psets - 1);
+
+	g->prob[set * WAYS + g->prob_next[set]] = h;
+	g->prob_next[set] = (unsigned char)((g->prob_next[set] + 1) % WAYS);
+}
+
 /*
- * Room for rankings of n candidates.  Everything is reallocated and starts
- * empty; on failure the cache holds nothing (and is retried next time).
+ * Copy the live entries of the current table (and its probation
+ * fingerprints) into the empty table g: an entry goes to a free way of its
+ * set, or over a less recently used one.  Entries that do not fit the new
+ * records (more candidates, a longer prefix) are dropped.
+ */
+static void
+move_entries(const sgi_rcache *rc, struct geom *g)
+{
+	size_t i, k, set, slot, v;
+	struct rec *from, *to;
+
+	for (i = 0; i < rc->nent; i++) {
+		if (rc->meta[i].gen == 0 || !live(rc, rc->meta[i].gen))
+			continue;
+		from = rec_at(rc->rec, rc->recsz, i);
+		if (from->n > g->ncap || from->pfx_len > g->pfxcap)
+			continue;
+		set = (size_t)rc->tag[i] & (g->nsets - 1);
+		for (v = SIZE_MAX, k = 0; k < WAYS; k++) {
+			slot = set * WAYS + k;
+			if (g->meta[slot].gen == 0) {
+				v = slot;
+				break;
+			}
+			if (v == SIZE_MAX || g->meta[slot].last <
+			    g->meta[v].last)
+				v = slot;
+		}
+		if (g->meta[v].gen != 0 && g->meta[v].last > rc->meta[i].last)
+			continue;
+		to = rec_at(g->rec, g->recsz, v);
+		*to = *from;
+		memcpy(rec_rank(to), rec_rank(from), from->nr *
+		    sizeof(uint16_t));
+		memcpy(rec_rank(to) + g->ncap, rec_rank(from) + rc->ncap,
+		    from->n * sizeof(uint16_t));
+		memcpy(rec_pfx(to, g->ncap), rec_pfx(from, rc->ncap),
+		    from->pfx_len);
+		g->tag[v] = rc->tag[i];
+		g->meta[v] = rc->meta[i];
+	}
+	for (i = 0; i < rc->psets * WAYS; i++)
+		if (rc->prob[i] != 0)
+			prob_put(g, rc->prob[i]);
+}
+
+/*
+ * Rebuild the table for records of ncap candidates and pfxcap prefix
+ * bytes, with nent entries, or fewer to stay within the budget (never
+ * fewer than WAYS), keeping the live entries that fit.  Weight states
+ * widen to ncap.  On failure the cache holds nothing (and is retried next
+ * time).
  */
 static int
-grow(sgi_rcache *rc, size_t n)
+rebuild(sgi_rcache *rc, size_t nent, size_t ncap, size_t pfxcap)
 {
-	size_t ncap = 64, nent = MAX_ENTRIES, i;
+	struct geom g, old;
+	uint64_t *w;
+	size_t i, recsz = rec_bytes(ncap, pfxcap);
 
-	while (ncap < n)
-		ncap *= 2;
-	while (nent > WAYS && 2 * nent * ncap * sizeof(uint16_t) > RANK_BYTES)
+	while (nent > WAYS && table_bytes(nent, recsz, ncap) > rc->budget)
 		nent /= 2;
-	release(rc);
-	rc->tag = calloc(nent, sizeof(*rc->tag));
-	rc->ent = calloc(nent, sizeof(*rc->ent));
-	rc->pfx = malloc(nent * PFX_MAX);
-	rc->rank = malloc(nent * ncap * sizeof(uint16_t));
-	rc->pos = malloc(nent * ncap * sizeof(uint16_t));
-	rc->prob = calloc(PROBATION, sizeof(*rc->prob));
-	rc->prob_next = calloc(PROBATION / WAYS, 1);
-	for (i = 0; i < WSLOTS; i++)
-		if ((rc->ws[i].w = malloc(ncap * sizeof(uint64_t))) == NULL)
-			break;
-	if (rc->tag == NULL || rc->ent == NULL || rc->pfx == NULL ||
-	    rc->rank == NULL || rc->pos == NULL || rc->prob == NULL || rc->prob_next == NULL ||
-	    i < WSLOTS) {
-		release(rc);
-		return SG_ENOMEM;
+	if (geom_alloc(&g, nent, ncap, pfxcap) != 0)
+		goto fail;
+	for (i = 0; i < WSLOTS; i++) {
+		if (ncap <= rc->ncap && rc->ws[i].w != NULL)
+			continue;
+		if ((w = malloc(ncap * sizeof(*w))) == NULL) {
+			geom_free(&g);
+			goto fail;
+		}
+		if (rc->ws[i].w != NULL)
+			memcpy(w, rc->ws[i].w, rc->ws[i].n * sizeof(*w));
+		free(rc->ws[i].w);
+		rc->ws[i].w = w;
 	}
-	rc->ncap = ncap;
-	rc->nent = nent;
-	rc->nsets = nent / WAYS;
+	if (rc->nent > 0)
+		move_entries(rc, &g);
+	geom_take(&old, rc);
+	geom_free(&old);
+	geom_put(rc, &g);
+	rc->pressure = 0;
+	rc->grow = false;
+	return 0;
+fail:
+	release(rc);
+	return SG_ENOMEM;
+}
+
+/* Room for rankings of n candidates and a prefix of len bytes. */
+static int
+fit(sgi_rcache *rc, size_t n, size_t len)
+{
+	size_t ncap = rc->ncap, pfxcap = rc->pfxcap;
+
+	if (n > ncap)
+		ncap = round_up(n, N_ROUND);
+	if (len > pfxcap)
+		pfxcap = round_up(len, PFX_ROUND);
+	if (pfxcap > PFX_MAX)
+		pfxcap = PFX_MAX;
+	return rebuild(rc, rc->nent > 0 ? rc->nent : MIN_ENTRIES, ncap,
+	    pfxcap);
+}
+
+int
+sgi_rcache_set_budget(sgi_rcache *rc, size_t bytes)
+{
+	if (rc == NULL)
+		return SG_EINVAL;
+	rc->budget = bytes;
+	if (rc->nent > 0 && table_bytes(rc->nent, rc->recsz, rc->ncap) >
+	    bytes)
+		return rebuild(rc, rc->nent, rc->ncap, rc->pfxcap);
 	return 0;
 }
 
@@ -246,16 +498,54 @@ weights_gen(sgi_rcache *rc, const sg_snapshot *snap, size_t n, int mode)
 	return victim->gen;
 }
 
-/* An entry computed under a weight state that still exists. */
+/*
+ * The probation rule for a key not cached under any weights: true on its
+ * second sight (the fingerprint is taken out), false on the first (it is
+ * remembered).
+ */
 static bool
-live(const sgi_rcache *rc, uint64_t gen)
+probation(sgi_rcache *rc, uint64_t h)
 {
-	size_t i;
+	size_t set = (size_t)(h >> 32) & (rc->psets - 1), i;
+	uint64_t *p = &rc->prob[set * WAYS];
+	struct geom g;
 
-	for (i = 0; i < WSLOTS; i++)
-		if (rc->ws[i].used && rc->ws[i].gen == gen)
+	for (i = 0; i < WAYS; i++)
+		if (p[i] == h) {
+			p[i] = 0;	/* (a hash of 0 is admitted at once) */
 			return true;
+		}
+	geom_take(&g, rc);
+	prob_put(&g, h);
 	return false;
+}
+
+/* The cache can double within its budget. */
+static bool
+can_grow(const sgi_rcache *rc)
+{
+	return table_bytes(2 * rc->nent, rc->recsz, rc->ncap) <= rc->budget;
+}
+
+/* The way of set to replace: empty, else dead, else least recently used. */
+static size_t
+victim_of(const sgi_rcache *rc, size_t set)
+{
+	size_t i, slot, victim = SIZE_MAX, dead = SIZE_MAX;
+	const struct meta *m;
+
+	for (i = 0; i < WAYS; i++) {
+		slot = set * WAYS + i;
+		m = &rc->meta[slot];
+		if (m->gen == 0)
+			return slot;
+		if (dead == SIZE_MAX && !live(rc, m->gen))
+			dead = slot;	/* its weights are gone: never hit */
+		else if (victim == SIZE_MAX ||
+		    m->last < rc->meta[victim].last)
+			victim = slot;
+	}
+	return dead != SIZE_MAX ? dead : victim;
 }
 
 int
@@ -264,70 +554,51 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
     size_t *nr)
 {
 	size_t n = sgi_snapshot_count(snap), set, i, len = prefix->len, slot;
-	size_t victim = SIZE_MAX, dead = SIZE_MAX;
-	struct entry *e;
-	uint64_t h, gen, *p;
+	struct meta *m;
+	struct rec *e;
+	uint64_t h, gen;
 	bool known = false;
 
 	lk->state = SGI_RC_BYPASS;
 	if (rc == NULL || n == 0 || n > MAX_N || len > PFX_MAX)
 		return lk->state;
-	if (n > rc->ncap && grow(rc, n) != 0)
+	if ((n > rc->ncap || len > rc->pfxcap) && fit(rc, n, len) != 0)
 		return lk->state;
+	if (rc->grow) {
+		if (rebuild(rc, 2 * rc->nent, rc->ncap, rc->pfxcap) != 0)
+			return lk->state;
+		rc->st.grows++;
+	}
 	gen = weights_gen(rc, snap, n, d->rendezvous_weight);
 	h = XXH3_64bits(prefix->b, len);
 	set = (size_t)h & (rc->nsets - 1);
+	/* the set's tags first (one line), a record only where one matches */
 	for (i = 0; i < WAYS; i++) {
 		slot = set * WAYS + i;
-		e = &rc->ent[slot];
-		if (e->gen == 0) {
-			dead = slot;	/* empty */
+		if (rc->tag[slot] != h || (m = &rc->meta[slot])->gen == 0)
 			continue;
+		e = rec_at(rc->rec, rc->recsz, slot);
+		if (e->pfx_len != len ||
+		    memcmp(rec_pfx(e, rc->ncap), prefix->b, len) != 0)
+			continue;
+		if (m->gen == gen && e->n == n) {
+			m->last = ++rc->clock;
+			*rank = rec_rank(e);
+			*nr = e->nr;
+			rc->st.hits++;
+			lk->state = SGI_RC_HIT;
+			return lk->state;
 		}
-		if (rc->tag[slot] == h && e->pfx_len == len &&
-		    memcmp(rc->pfx + slot * PFX_MAX, prefix->b, len) == 0) {
-			if (e->gen == gen && e->n == n) {
-				e->last = ++rc->clock;
-				*rank = rc->rank + slot * rc->ncap;
-				*nr = e->nr;
-				rc->st.hits++;
-				lk->state = SGI_RC_HIT;
-				return lk->state;
-			}
-			known = true;	/* cached under other weights or ids */
-		}
-		if (dead == SIZE_MAX && !live(rc, e->gen))
-			dead = slot;	/* its weights are gone: never hit */
-		else if (victim == SIZE_MAX ||
-		    e->last < rc->ent[victim].last)
-			victim = slot;
+		known = true;	/* cached under other weights or ids */
 	}
 	rc->st.misses++;
 	lk->h = h;
 	lk->gen = gen;
 	lk->n = n;
 	lk->prefix = prefix;
-	lk->slot = dead != SIZE_MAX ? dead : victim;
-	if (known) {
-		/* a hot key under new weights or ids: store at once */
-		lk->state = SGI_RC_STORE;
-		return lk->state;
-	}
-	/* probation: WAYS-way sets, replaced first in first out */
-	set = (size_t)(h >> 32) & (PROBATION / WAYS - 1);
-	p = &rc->prob[set * WAYS];
-	for (i = 0; i < WAYS && p[i] != h; i++)
-		;
-	if (i == WAYS) {
-		/* first sight: remember the key only */
-		p[rc->prob_next[set]] = h;
-		rc->prob_next[set] = (unsigned char)((rc->prob_next[set] + 1) %
-		    WAYS);
-		lk->state = SGI_RC_MISS;
-		return lk->state;
-	}
-	p[i] = 0;
-	lk->state = SGI_RC_STORE;
+	lk->slot = victim_of(rc, set);
+	/* a hot key under new weights or ids stores at once */
+	lk->state = known || probation(rc, h) ? SGI_RC_STORE : SGI_RC_MISS;
 	return lk->state;
 }
 
@@ -335,23 +606,29 @@ const uint16_t *
 sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
     size_t nr)
 {
-	struct entry *e = &rc->ent[lk->slot];
-	uint16_t *r = rc->rank + lk->slot * rc->ncap;
-	uint16_t *pos = rc->pos + lk->slot * rc->ncap;
+	struct meta *m = &rc->meta[lk->slot];
+	struct rec *e = rec_at(rc->rec, rc->recsz, lk->slot);
+	uint16_t *r = rec_rank(e), *pos = r + rc->ncap;
 	size_t i;
 
+	if (m->gen != 0 && live(rc, m->gen)) {
+		/* a live entry evicted: the working set outgrows the cache */
+		rc->st.evictions++;
+		if (++rc->pressure > rc->nent / 8 && can_grow(rc))
+			rc->grow = true;	/* not now: r is returned */
+	}
 	memset(pos, 0, lk->n * sizeof(*pos));
 	for (i = 0; i < nr; i++) {
 		r[i] = (uint16_t)order[i];
 		pos[order[i]] = (uint16_t)(i + 1);
 	}
-	memcpy(rc->pfx + lk->slot * PFX_MAX, lk->prefix->b, lk->prefix->len);
+	memcpy(rec_pfx(e, rc->ncap), lk->prefix->b, lk->prefix->len);
 	rc->tag[lk->slot] = lk->h;
-	e->gen = lk->gen;
-	e->n = (uint32_t)lk->n;
-	e->nr = (uint32_t)nr;
-	e->pfx_len = (uint32_t)lk->prefix->len;
-	e->last = ++rc->clock;
+	m->gen = lk->gen;
+	m->last = ++rc->clock;
+	e->n = (uint16_t)lk->n;
+	e->nr = (uint16_t)nr;
+	e->pfx_len = (uint16_t)lk->prefix->len;
 	rc->st.stores++;
 	return r;
 }
@@ -359,7 +636,7 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 const uint16_t *
 sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank)
 {
-	return rc->pos + (rank - rc->rank);
+	return rank + rc->ncap;
 }
 
 void
@@ -372,12 +649,10 @@ sgi_rcache_stats(const sgi_rcache *rc, struct sgi_rcache_stats *st)
 		return;
 	*st = rc->st;
 	st->capacity = rc->nent;
+	st->budget = rc->budget;
 	for (i = 0; i < rc->nent; i++)
-		if (rc->ent[i].gen != 0)
+		if (rc->meta[i].gen != 0)
 			st->entries++;
-	st->bytes = sizeof(*rc) + rc->nent * (sizeof(uint64_t) +
-	    sizeof(struct entry) + PFX_MAX +
-	    2 * rc->ncap * sizeof(uint16_t)) + (rc->prob != NULL ?
-	    PROBATION * sizeof(uint64_t) + PROBATION / WAYS : 0) +
-	    (rc->ncap > 0 ? WSLOTS * rc->ncap * sizeof(uint64_t) : 0);
+	st->bytes = rc->nent > 0 ? table_bytes(rc->nent, rc->recsz,
+	    rc->ncap) : sizeof(*rc);
 }

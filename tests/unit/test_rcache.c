@@ -2,7 +2,10 @@
  * test_rcache.c — sg_rcache.c, the router's pulsar ranking cache, driven
  * directly: admission (probation, then store, then hits), invalidation by
  * weights and by ids, the states kept for alternating snapshots, long keys
- * never cached, one-off keys never evicting hot ones, and bounded memory.
+ * never cached, one-off keys never evicting hot ones, bounded memory, and
+ * the size: growth to a working set under eviction pressure, within the
+ * byte budget, records widened for more candidates or longer prefixes, a
+ * smaller budget shrinking the cache, every move keeping the rankings.
  * That cached rankings give the decisions of uncached ones is the property
  * test in test_router.c.
  */
@@ -90,8 +93,11 @@ visit(sgi_rcache *rc, struct rfx *f, const sg_snapshot *s, size_t k,
 	if (st == SGI_RC_HIT) {
 		fake_ranking(order, n, tag);
 		assert_int_equal(nr, n);
-		for (i = 0; i < nr; i++)
+		for (i = 0; i < nr; i++) {
 			assert_int_equal(r[i], order[i]);
+			/* and its inverse */
+			assert_int_equal(sgi_rcache_pos(rc, r)[order[i]], i + 1);
+		}
 	} else if (st == SGI_RC_STORE) {
 		fake_ranking(order, n, tag);
 		r = sgi_rcache_store(rc, &lk, order, n);
@@ -272,15 +278,151 @@ test_memory_is_bounded(void **state)
 		for (k = 0; k < 3 * 3000; k++)
 			visit(rc, &f, s, k % 3000, k % 3000);
 		sgi_rcache_stats(rc, &st);
-		assert_true(st.capacity <= 4096);
+		assert_int_equal(st.budget, SGI_RCACHE_BUDGET_DEFAULT);
+		assert_true(st.bytes <= st.budget);
 		assert_true(st.entries <= st.capacity);
-		assert_true(st.entries >= st.capacity / 2);
-		assert_true(st.bytes <= (size_t)12 << 20);
-		if (ns[i] <= 256)
-			assert_int_equal(st.capacity, 4096);
+		if (ns[i] <= 256) {
+			assert_true(st.capacity >= 4096);
+			assert_true(st.entries >= 3000 * 9 / 10);
+		} else
+			assert_true(st.entries >= st.capacity / 2);
+		/* many more keys than fit: the cache stops at its budget */
+		for (k = 0; k < 3 * 40000; k++)
+			visit(rc, &f, s, 10000 + k % 40000, k % 40000);
+		sgi_rcache_stats(rc, &st);
+		assert_true(st.bytes <= st.budget);
+		assert_true(st.entries <= st.capacity);
 		sg_snapshot_free(s);
 		sgi_rcache_free(rc);
 	}
+}
+
+/* Visit keys base..base+nkeys rounds times in turn; the hits of the last
+ * round. */
+static size_t
+cycle(sgi_rcache *rc, struct rfx *f, const sg_snapshot *s, size_t base,
+    size_t nkeys, size_t rounds)
+{
+	size_t r, k, hits = 0;
+
+	for (r = 0; r < rounds; r++)
+		for (k = 0; k < nkeys; k++)
+			if (visit(rc, f, s, base + k, base + k) == SGI_RC_HIT &&
+			    r == rounds - 1)
+				hits++;
+	return hits;
+}
+
+/*
+ * Issue 10 (the fleet row): a working set several times the initial
+ * capacity (the sessions a fleet keeps alive) is held once the cache has
+ * grown to it, within the budget, and every hit on the way (through each
+ * doubling that moved the entries) returned the key's own ranking.
+ */
+static void
+test_cache_grows_to_hold_a_working_set_larger_than_it(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(12, "c", 100);
+	struct sgi_rcache_stats st;
+	struct rfx f;
+	size_t hits;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.capacity, 0);	/* nothing before first use */
+	hits = cycle(rc, &f, s, 0, 30000, 8);
+	sgi_rcache_stats(rc, &st);
+	assert_true(st.grows >= 3);
+	assert_true(st.capacity >= 32768);
+	assert_true(st.bytes <= st.budget);
+	assert_true(hits >= 30000 * 98 / 100);
+	/* held: more passes hit as well and never grow it again */
+	hits = st.grows;
+	assert_true(cycle(rc, &f, s, 0, 30000, 2) >= 30000 * 98 / 100);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.grows, hits);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+}
+
+/* A small budget caps the growth, and a stream of one-off keys (no
+ * pressure: none is admitted) never starts it. */
+static void
+test_growth_stops_at_the_budget_and_one_offs_never_grow_it(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new(), *one = sgi_rcache_new();
+	sg_snapshot *s = snap_new(12, "c", 100);
+	struct sgi_rcache_stats st;
+	struct rfx f;
+	size_t k;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	assert_int_equal(sgi_rcache_set_budget(NULL, 1), SG_EINVAL);
+	assert_int_equal(sgi_rcache_set_budget(rc, (size_t)2 << 20), 0);
+	(void)cycle(rc, &f, s, 0, 30000, 4);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.budget, (size_t)2 << 20);
+	assert_true(st.bytes <= st.budget);
+	assert_true(st.bytes > st.budget / 4);	/* it did grow towards it */
+	assert_true(st.grows >= 1);
+	assert_true(st.evictions > 0);
+	for (k = 0; k < 200000; k++)
+		assert_int_not_equal(visit(one, &f, s, 1000000 + k, 0),
+		    SGI_RC_HIT);
+	sgi_rcache_stats(one, &st);
+	assert_int_equal(st.grows, 0);
+	assert_int_equal(st.stores, 0);
+	assert_int_equal(st.capacity, 4096);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+	sgi_rcache_free(one);
+}
+
+/*
+ * Records widen for a larger snapshot and for a longer prefix, and a
+ * smaller budget shrinks the cache: the entries that fit stay, with their
+ * own rankings (visit() checks each hit's ranking against its key).
+ */
+static void
+test_widening_and_shrinking_keep_the_rankings(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(10, "c", 100), *big = snap_new(300, "b", 7);
+	struct sgi_rcache_stats st, st2;
+	struct rfx f;
+	size_t k, hits = 0;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	assert_int_equal(cycle(rc, &f, s, 0, 1000, 3), 1000);
+	/* more candidates: the records widen, the 10-candidate ones stay */
+	assert_int_equal(visit(rc, &f, big, 5000, 1), SGI_RC_MISS);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.entries, 1000);
+	assert_int_equal(cycle(rc, &f, s, 0, 1000, 1), 1000);
+	/* a prefix longer than any before (the key is 200 bytes) */
+	assert_int_equal(sgi_rcache_lookup(rc, &f.def, s,
+	    rfx_prefix(&f, 0, 200), &(sgi_rclookup){ 0 },
+	    &(const uint16_t *){ NULL }, &k), SGI_RC_MISS);
+	sgi_rcache_stats(rc, &st2);
+	assert_true(st2.bytes > st.bytes);
+	assert_int_equal(cycle(rc, &f, s, 0, 1000, 1), 1000);
+	/* a budget of a quarter: fewer entries, each still right */
+	assert_int_equal(sgi_rcache_set_budget(rc, st2.bytes / 4), 0);
+	sgi_rcache_stats(rc, &st);
+	assert_true(st.bytes <= st2.bytes / 4);
+	assert_true(st.capacity < st2.capacity);
+	assert_true(st.entries > 0 && st.entries <= st.capacity);
+	for (k = 0; k < 1000; k++)
+		if (visit(rc, &f, s, k, k) == SGI_RC_HIT)
+			hits++;
+	assert_true(hits >= st.entries / 2);
+	sg_snapshot_free(s);
+	sg_snapshot_free(big);
+	sgi_rcache_free(rc);
 }
 
 int
@@ -295,6 +437,11 @@ main(void)
 		cmocka_unit_test(test_long_prefixes_are_never_cached),
 		cmocka_unit_test(test_one_off_keys_do_not_evict_hot_keys),
 		cmocka_unit_test(test_memory_is_bounded),
+		cmocka_unit_test(
+		    test_cache_grows_to_hold_a_working_set_larger_than_it),
+		cmocka_unit_test(
+		    test_growth_stops_at_the_budget_and_one_offs_never_grow_it),
+		cmocka_unit_test(test_widening_and_shrinking_keep_the_rankings),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
