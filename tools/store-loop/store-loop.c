@@ -66,7 +66,8 @@ struct cfg {
 };
 
 struct result {
-	double	cpu_us, loop_us, other_us, csw, other_csw, commits, wall_s;
+	double	cpu_us, loop_us, other_us, csw, other_csw, commits;
+	double	wall_s;
 };
 
 struct pend {
