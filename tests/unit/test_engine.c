@@ -918,6 +918,132 @@ test_record_pool_grows_without_moving_records(void **state)
 	eng_free(e);
 }
 
+/* Decode ends come out in time order, ties in push order (the order of
+ * the first tokens), through a heap deep enough to have full and partial
+ * sets of children. */
+static void
+test_decode_ends_in_time_then_push_order(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+	int k, j, ndone = 0, prev = -1;
+	double prevt = -1;
+
+	(void)state;
+	cfg_simple(&c, 40, 0);
+	e = mk(&c, &l);
+	/* Request k: 100 tokens, so its first token is at 100 (k + 1);
+	 * then 45 - k + (7k mod 3) more tokens at 10 tps, 100 ms each: done
+	 * at 100 (46 + 7k mod 3), three times shared by about 13 each. */
+	for (k = 0; k < 40; k++)
+		submit(e, 0, 0, 100, (uint64_t)(46 - k + (7 * k) % 3), k);
+	eng_advance(e, 4000);		/* every first token, no done yet */
+	assert_int_equal(l.n, 40);
+	l.n = 0;
+	run_all(e);
+	assert_int_equal(l.n, 40);
+	for (j = 0; j < l.n; j++) {
+		double t = l.ev[j].info.done_ms;
+
+		k = (int)(intptr_t)l.ev[j].info.udata;
+		assert_int_equal(l.ev[j].kind, ENG_DONE);
+		assert_near(t, 100.0 * (46 + (7 * k) % 3), 1e-9);
+		assert_true(t > prevt || (t == prevt && k > prev));
+		prevt = t;
+		prev = k;
+		ndone++;
+	}
+	assert_int_equal(ndone, 40);
+	eng_free(e);
+}
+
+/* A decode end and a prefill end at the same instant: the decode end
+ * first (it frees a slot). */
+static void
+test_decode_end_precedes_a_prefill_end_at_the_same_time(void **state)
+{
+	eng_config c;
+	evlog l = { .n = 0 };
+	eng *e;
+
+	(void)state;
+	cfg_simple(&c, 2, 0);
+	e = mk(&c, &l);
+	/* 1: prefill 0-100, one more token: done at 200.  2: prefill
+	 * 100-200: its first token at 200 too. */
+	submit(e, 0, 0, 100, 2, 1);
+	submit(e, 0, 0, 100, 2, 2);
+	eng_advance(e, 150);
+	assert_int_equal(l.n, 1);
+	assert_near(eng_next_event(e), 200, 1e-9);
+	eng_advance(e, 200);
+	assert_int_equal(l.n, 3);
+	assert_int_equal(l.ev[1].kind, ENG_DONE);
+	assert_ptr_equal(l.ev[1].info.udata, (void *)(intptr_t)1);
+	assert_int_equal(l.ev[2].kind, ENG_FIRST_TOKEN);
+	assert_ptr_equal(l.ev[2].info.udata, (void *)(intptr_t)2);
+	assert_near(eng_next_event(e), 300, 1e-9);
+	eng_free(e);
+}
+
+typedef struct cancel_ctx {
+	eng		*e;
+	uint32_t	 victim;
+	int		 first, done;
+	double		 next_after;
+} cancel_ctx;
+
+/* On request 2's first token, cancel request 1 (decoding, the next
+ * event). */
+static void
+cancel_cb(void *ctx, uint32_t h, int kind, const eng_info *info)
+{
+	cancel_ctx *x = ctx;
+
+	(void)h;
+	if (kind == ENG_DONE) {
+		x->done++;
+		return;
+	}
+	x->first++;
+	if (info->udata == (void *)(intptr_t)2) {
+		eng_cancel(x->e, x->victim);
+		x->next_after = eng_next_event(x->e);
+	}
+}
+
+/* The next event stays current after an event whose callback changed the
+ * engine (a cancel) and after one whose callback did nothing. */
+static void
+test_next_event_is_current_after_a_callback_cancels(void **state)
+{
+	eng_config c;
+	cancel_ctx x;
+	eng_req r = { .input_tokens = 100, .output_tokens = 3,
+	    .udata = (void *)(intptr_t)1 };
+
+	(void)state;
+	memset(&x, 0, sizeof(x));
+	cfg_simple(&c, 2, 0);
+	assert_int_equal(eng_new(&x.e, &c, cancel_cb, &x, NULL), 0);
+	/* 1: prefill 0-100, 2 more tokens: done at 300.  2: prefill
+	 * 100-200, 10 more tokens: done at 1200. */
+	assert_int_equal(eng_submit(x.e, 0, &r, &x.victim), 0);
+	submit(x.e, 0, 0, 100, 11, 2);
+	eng_advance(x.e, 150);		/* 1's first token: nothing changes */
+	assert_int_equal(x.first, 1);
+	assert_near(eng_next_event(x.e), 200, 1e-9);
+	eng_advance(x.e, 250);		/* 2's first token cancels 1 */
+	assert_int_equal(x.first, 2);
+	assert_near(x.next_after, 1200, 1e-9);
+	assert_near(eng_next_event(x.e), 1200, 1e-9);
+	run_all(x.e);
+	assert_int_equal(x.done, 1);	/* 2 only */
+	assert_true(isinf(eng_next_event(x.e)));
+	eng_free(x.e);
+}
+
 int
 main(void)
 {
@@ -947,6 +1073,9 @@ main(void)
 		cmocka_unit_test(test_kv_entry_reused_after_eviction),
 		cmocka_unit_test(test_cache_index_grows_and_finds_every_key),
 		cmocka_unit_test(test_record_pool_grows_without_moving_records),
+		cmocka_unit_test(test_decode_ends_in_time_then_push_order),
+		cmocka_unit_test(test_decode_end_precedes_a_prefill_end_at_the_same_time),
+		cmocka_unit_test(test_next_event_is_current_after_a_callback_cancels),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -141,6 +141,39 @@ test_kv_first_ties_prefer_a_free_slot_then_room(void **state)
 	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 2);
 }
 
+/* A free slot outranks any amount of room, the largest free-token counts
+ * included (the two keys share one word: the slot above every bucket),
+ * and room still orders clusters alike in slots, in orc_pick and in
+ * orc_pick_most's two answers. */
+static void
+test_kv_first_a_free_slot_beats_any_room(void **state)
+{
+	orc_cand c[3];
+	long most;
+
+	(void)state;
+	c[0] = cand(0, 0, 20000, 0, 8, 8);	/* full, all the room there is */
+	c[0].kv_free = UINT64_MAX;
+	c[1] = cand(0, 0, 20000, 5, 7, 8);	/* a slot, no room, slower */
+	c[1].kv_free = 0;
+	c[2] = cand(0, 0, 20000, 9, 7, 8);	/* a slot, one bucket */
+	c[2].kv_free = 16384;
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 2);
+	assert_int_equal(orc_pick_most(c, 3, 1000, 2, ORC_KV_FIRST, &most),
+	    2);
+	assert_int_equal(most, 2);
+	c[2].kv_free = 16383;			/* bucket 0: the estimate */
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 1);
+	c[1].running = c[2].running = 8;	/* no slot anywhere: room */
+	assert_int_equal(orc_pick(c, 3, 1000, 2, ORC_KV_FIRST, NULL), 0);
+	/* A over capacity: the best is B (B and C alike in slots and
+	 * room, B the faster), the most A, whatever its load. */
+	c[0].running = 10;
+	assert_int_equal(orc_pick_most(c, 3, 1000, 1, ORC_KV_FIRST, &most),
+	    1);
+	assert_int_equal(most, 0);
+}
+
 /* A small deterministic generator for the randomised cases. */
 static uint64_t
 lcg(uint64_t *x)
@@ -358,6 +391,7 @@ main(void)
 		cmocka_unit_test(test_kv_first_ties_prefer_a_free_slot_then_room),
 		cmocka_unit_test(
 		    test_engine_probe_reads_the_cache_without_changing_it),
+		cmocka_unit_test(test_kv_first_a_free_slot_beats_any_room),
 		cmocka_unit_test(test_pick_most_equals_two_picks),
 		cmocka_unit_test(test_pick_matches_the_documented_order),
 		cmocka_unit_test(test_engine_load_equals_cluster_fields),

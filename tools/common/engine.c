@@ -5,16 +5,23 @@
  * that one event touches few cache lines:
  *
  *  - The engine's first cache line holds what eng_next_event and the load
- *    reads (eng_load_get) need: the next event's time, kept current by every
- *    change (renext), the prefill in progress and the queue's counts; the
- *    second line the cache's totals and the configuration the hot paths read.
- *  - Request records live in chunks of RC_N that never move (the pool grows
- *    by adding a chunk, no realloc, no copy), so a callback is handed the
- *    record's own eng_info, not a copy; a free list threads unused records.
- *    The FIFO queue and the simple model's prefill queue are singly linked
- *    lists through the records; decoding sequences of the simple model sit in
- *    a 4-ary min-heap ordered by (done time, push order); the step
- *    model keeps its admitted sequences in an array in admission order.
+ *    reads (eng_load_get) need: the next event's time and kind, kept current
+ *    by every change (renext), the prefill in progress and the queue's
+ *    counts; the second line the cache's totals (what eng_load_get and a
+ *    hinted eng_cached_prefix read) and the slots.  What an event or a
+ *    submission of the simple model reads or writes besides sits in the
+ *    next four lines (the prefill FIFO and the decode heap, the records,
+ *    the tps window, the configuration's hot values copied, the counters);
+ *    the step model's state and the configuration come after.
+ *  - Request records are three cache lines, in line-aligned chunks of RC_N
+ *    that never move (the pool grows by adding a chunk, no realloc, no
+ *    copy), so a callback is handed the record's own eng_info, not a copy;
+ *    a free list threads unused records.  The FIFO queue and the simple
+ *    model's prefill queue are singly linked lists through the records;
+ *    decoding sequences of the simple model sit in a 4-ary min-heap ordered
+ *    by (done time, push order; a full set of children settled by three
+ *    selects); the step model keeps its admitted sequences in an array in
+ *    admission order.
  *  - The KV cache's entries are 32 bytes, two to a cache line: key, tokens,
  *    LRU links and pin count together, since a touch, a growth and an
  *    unpin each read all of them (a split into key+tokens and links was
@@ -29,10 +36,12 @@
  *
  * Reentrancy: callbacks may submit to or cancel on the same engine, which can
  * add records.  Every handler therefore finishes its state changes (and the
- * next event's time) before it calls back.
+ * next event's time) before it calls back; the simple model's handlers end
+ * with their callbacks, so the next event is not computed again after them.
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +68,10 @@ typedef struct rec {
 	bool		 step_decode;	/* step model: decodes in this step */
 	eng_info	 info;
 } rec;
+
+/* A record is three cache lines, and the chunks are line-aligned, so that
+ * the three lines renext prefetches are the whole record. */
+_Static_assert(sizeof(rec) == 192, "a record is three cache lines");
 
 /* Records per chunk of the record pool. */
 #define RC_SHIFT	6
@@ -123,35 +136,44 @@ struct eng {
 	uint32_t	 nwait;		/* waiting, not cancelled */
 	uint32_t	 npre;		/* admitted, before the first token */
 
-	/* line 1 */
+	/* line 1: the load's and the cache probe's (kv's first 48 bytes);
+	 * line 2: kv's LRU ends, then what every event of the simple model
+	 * reads */
 	double		 max_tps;
 	uint32_t	 slots;
 	bool		 step_model;
 	bool		 pref_busy;
 	bool		 in_advance;
+	bool		 next_decode;	/* next_t is the decode heap's top */
 	kvcache		 kv;
-
 	double		 now;
-	uint64_t	 adm_tokens;	/* input tokens of admitted requests */
-	eng_cb		*cb;
-	void		*ctx;
-
-	rec		**rch;		/* record chunks */
-	uint32_t	 nrch, rchcap;
-	uint32_t	 nrec, free_head;
-
-	/* FIFO queue */
-	uint32_t	 wq_head, wq_tail;
-
-	/* simple model */
 	uint32_t	 pq_head, pq_tail;	/* prefill FIFO; head in progress */
 	uint32_t	 pref_entry;	/* its pinned cache entry, or ENG_NONE */
-	heap_item	*heap;		/* heapmem + HEAP_SKEW; slots items */
-	heap_item	*heapmem;
 	uint32_t	 nheap;
+	heap_item	*heap;		/* heapmem + HEAP_SKEW; slots items */
 	uint64_t	 seq;
+	uint64_t	 adm_tokens;	/* input tokens of admitted requests */
 
-	/* step model */
+	/* line 3: records, the queue, the callback, the tps window */
+	rec		**rch;		/* record chunks */
+	eng_cb		*cb;
+	void		*ctx;
+	uint32_t	 nrec, free_head;
+	uint32_t	 wq_head, wq_tail;	/* FIFO queue */
+	win_sample	*win;		/* last_mean_input_tps window */
+	uint32_t	 win_n, win_pos;
+	uint64_t	 win_tok_sum;
+
+	/* lines 4-5: the window's time, the configuration's hot values, the
+	 * counters */
+	double		 win_ms_sum;
+	double		 prefill_tps, decode_tps;	/* cfg's */
+	uint32_t	 max_queue, tps_window;		/* cfg's */
+	eng_counters	 ctr;
+
+	/* cold: growth, the step model, the configuration */
+	uint32_t	 nrch, rchcap;
+	heap_item	*heapmem;
 	uint32_t	*run;
 	uint32_t	 nrun;
 	bool		 step_busy;
@@ -160,16 +182,12 @@ struct eng {
 	double		 step_at;
 	uint64_t	 step_p;
 	double		 step_dur;
-
-	/* last_mean_input_tps window */
-	win_sample	*win;
-	uint32_t	 win_n, win_pos;
-	uint64_t	 win_tok_sum;
-	double		 win_ms_sum;
-
 	eng_config	 cfg;
-	eng_counters	 ctr;
 };
+
+_Static_assert(offsetof(struct eng, kv) == 80 &&
+    offsetof(struct eng, rch) == 192 && offsetof(struct eng, win_ms_sum) ==
+    256, "the engine's hot lines");
 
 #define R(e, h)	(&(e)->rch[(h) >> RC_SHIFT][(h) & (RC_N - 1)])
 
@@ -484,8 +502,8 @@ rec_alloc(eng *e)
 			if (grow_array((void **)&e->rch, &e->rchcap,
 			    sizeof(*e->rch), e->nrch + 1) != 0)
 				return ENG_NONE;
-			if ((e->rch[e->nrch] = malloc(RC_N * sizeof(rec))) ==
-			    NULL)
+			if ((e->rch[e->nrch] = aligned_alloc(64,
+			    RC_N * sizeof(rec))) == NULL)
 				return ENG_NONE;
 			e->nrch++;
 		}
@@ -511,7 +529,7 @@ rec_free(eng *e, uint32_t h)
 static void
 tps_sample(eng *e, uint64_t tokens, double ms)
 {
-	uint32_t w = e->cfg.tps_window;
+	uint32_t w = e->tps_window;
 
 	if (tokens == 0 || !(ms > 0))
 		return;
@@ -524,7 +542,8 @@ tps_sample(eng *e, uint64_t tokens, double ms)
 	e->win[e->win_pos].ms = ms;
 	e->win_tok_sum += tokens;
 	e->win_ms_sum += ms;
-	e->win_pos = (e->win_pos + 1) % w;
+	if (++e->win_pos == w)
+		e->win_pos = 0;
 }
 
 static double
@@ -662,6 +681,7 @@ renext(eng *e)
 {
 	double t = INFINITY;
 	uint32_t h = ENG_NONE, x = ENG_NONE;
+	bool decode = false;
 
 	if (e->step_model) {
 		if (e->step_busy)
@@ -673,14 +693,17 @@ renext(eng *e)
 			t = e->heap[0].t;
 			h = e->heap[0].h;
 			x = e->heap[0].entry;
+			decode = true;
 		}
 		if (e->pref_busy && e->pref_end < t) {
 			t = e->pref_end;
 			h = e->pq_head;
 			x = e->pref_entry;
+			decode = false;
 		}
 	}
 	e->next_t = t;
+	e->next_decode = decode;
 	/* The next event's record, fetched while a caller driving many
 	 * engines serves the others' events first. */
 	if (h != ENG_NONE) {
@@ -759,7 +782,20 @@ heap_before(const eng *e, const heap_item *a, const heap_item *b)
 	    R(e, a->h)->hseq < R(e, b->h)->hseq);
 }
 
-/* Put x at hole i or below it. */
+/* The earlier of items a and b: a select on the times, the records read
+ * only on a tie. */
+static inline uint32_t
+heap_min2(const eng *e, uint32_t a, uint32_t b)
+{
+	const heap_item *hp = e->heap;
+
+	if (__builtin_expect(hp[a].t == hp[b].t, 0))
+		return R(e, hp[b].h)->hseq < R(e, hp[a].h)->hseq ? b : a;
+	return hp[b].t < hp[a].t ? b : a;
+}
+
+/* Put x at hole i or below it.  A full set of four children is settled by
+ * a knockout of pairs (three selects, no loop). */
 static void
 heap_down(eng *e, uint32_t i, heap_item x)
 {
@@ -767,14 +803,16 @@ heap_down(eng *e, uint32_t i, heap_item x)
 	uint32_t n = e->nheap;
 
 	for (;;) {
-		uint32_t c = 4 * i + 1, m = c, j, end;
+		uint32_t c = 4 * i + 1, m = c, j;
 
 		if (c >= n)
 			break;
-		end = n - c > 4 ? c + 4 : n;
-		for (j = c + 1; j < end; j++)
-			if (heap_before(e, &hp[j], &hp[m]))
-				m = j;
+		if (n - c >= 4)
+			m = heap_min2(e, heap_min2(e, c, c + 1),
+			    heap_min2(e, c + 2, c + 3));
+		else
+			for (j = c + 1; j < n; j++)
+				m = heap_min2(e, m, j);
 		if (!heap_before(e, &hp[m], &x))
 			break;
 		hp[i] = hp[m];
@@ -870,7 +908,7 @@ prefill_start(eng *e, double t)
 	q = R(e, e->pq_head);
 	q->pstart = t;
 	q->pend = t + (double)q->info.uncached_tokens * 1000.0 /
-	    e->cfg.prefill_tps;
+	    e->prefill_tps;
 	e->pref_busy = true;
 	e->pref_start = q->pstart;
 	e->pref_end = q->pend;
@@ -947,7 +985,7 @@ simple_prefill_end(eng *e, double t)
 		e->ctr.generation_tokens += 1;
 	} else
 		heap_push(e, t + (double)(q->info.output_tokens - 1) * 1000.0 /
-		    e->cfg.decode_tps, h);
+		    e->decode_tps, h);
 	prefill_start(e, t);
 	if (done)
 		simple_admit(e, t);
@@ -1169,6 +1207,10 @@ eng_new(eng **out, const eng_config *cfg, eng_cb *cb, void *ctx,
 	e->max_tps = max_tps_of(cfg);
 	e->slots = cfg->slots;
 	e->step_model = cfg->step_model;
+	e->prefill_tps = cfg->prefill_tps;
+	e->decode_tps = cfg->decode_tps;
+	e->max_queue = cfg->max_queue;
+	e->tps_window = cfg->tps_window;
 	e->free_head = e->wq_head = e->wq_tail = ENG_NONE;
 	e->pq_head = e->pq_tail = ENG_NONE;
 	e->win = calloc(cfg->tps_window, sizeof(*e->win));
@@ -1226,11 +1268,14 @@ eng_advance(eng *e, double now)
 				step_end(e, t);
 			else
 				step_start(e, t);
-		} else if (e->nheap > 0 && e->heap[0].t == t)
+			renext(e);
+		} else if (e->next_decode)
 			simple_decode_end(e, t);	/* frees slots first */
 		else
 			simple_prefill_end(e, t);
-		renext(e);
+		/* The simple model's handlers end with their callbacks, and
+		 * fire() made the next event current before each; a callback
+		 * that submits or cancels makes it current again. */
 	}
 	if (now > e->now)
 		e->now = now;
@@ -1253,7 +1298,7 @@ eng_submit(eng *e, double now, const eng_req *r, uint32_t *handle)
 	rec *q;
 
 	sync_to(e, now);
-	if (e->cfg.max_queue > 0 && e->nwait >= e->cfg.max_queue) {
+	if (e->max_queue > 0 && e->nwait >= e->max_queue) {
 		e->ctr.requests_rejected++;
 		return ENG_EFULL;
 	}

@@ -48,16 +48,18 @@ orc_has_capacity(const orc_cand *c, uint64_t max_queued)
  * clusters with about the same room are told apart by their load. */
 #define KV_BUCKET	16384
 
-/* The sort keys of one candidate, computed once (the free tokens' bucket
- * too); the estimate is computed when a comparison first needs it (KV
- * first rarely does).  A pass keeps its best candidates by pointer into a
- * few of these, so that a new best costs no copy. */
+/* The sort keys of one candidate, computed once: the clamped cached
+ * prefix, and KV first's next two keys (a free slot, then the free tokens'
+ * bucket) packed into one word, the slot in the top bit; the estimate is
+ * computed when a comparison first needs it (KV first rarely does), the
+ * last keys read from the candidate.  A pass keeps its best candidates by
+ * pointer into a few of these, so that a new best costs no copy. */
 typedef struct key {
 	const orc_cand	*c;
+	uint64_t	 cached;
+	uint64_t	 room;		/* idle << 63 | kv_free / KV_BUCKET */
 	double		 t;
 	bool		 have_t;
-	bool		 idle;		/* a slot is free */
-	uint64_t	 cached, running, kv_free, kv_bucket;
 } key;
 
 static inline double
@@ -80,31 +82,28 @@ better(int objective, key *x, key *y, uint64_t input)
 	if (objective == ORC_KV_FIRST) {
 		if (x->cached != y->cached)
 			return x->cached > y->cached;
-		if (x->idle != y->idle)
-			return x->idle;
-		if (x->kv_bucket != y->kv_bucket)
-			return x->kv_bucket > y->kv_bucket;
+		if (x->room != y->room)
+			return x->room > y->room;
 	}
 	if ((tx = key_t(x, input)) != (ty = key_t(y, input)))
 		return tx < ty;
 	if (x->cached != y->cached)
 		return x->cached > y->cached;
-	if (x->running != y->running)
-		return x->running < y->running;
-	return x->kv_free > y->kv_free;
+	if (x->c->running != y->c->running)
+		return x->c->running < y->c->running;
+	return x->c->kv_free > y->c->kv_free;
 }
 
 /* The keys of candidate c. */
 static inline void
 key_of(key *k, const orc_cand *c, uint64_t input)
 {
+	bool idle = c->slots == 0 || c->running < c->slots;
+
 	k->c = c;
 	k->have_t = false;
 	k->cached = c->cached < input ? c->cached : input;
-	k->running = c->running;
-	k->kv_free = c->kv_free;
-	k->kv_bucket = c->kv_free / KV_BUCKET;
-	k->idle = c->slots == 0 || c->running < c->slots;
+	k->room = (uint64_t)idle << 63 | c->kv_free / KV_BUCKET;
 }
 
 /* A slot of k[3] that neither a nor b points to. */
@@ -141,7 +140,10 @@ orc_pick(const orc_cand *c, size_t n, uint64_t input, uint64_t max_queued,
 	return best;
 }
 
-/* orc_pick_most for one objective (a constant once inlined). */
+/* orc_pick_most for one objective (a constant once inlined).  The best
+ * with capacity (b) is never better than the best of all (bm), so a
+ * candidate that beats bm beats b under KV first (bm's order), and one
+ * that does not cannot beat b when b is bm: one comparison then. */
 static inline long
 pick_most(const orc_cand *c, size_t n, uint64_t input, uint64_t max_queued,
     int objective, long *most)
@@ -152,24 +154,25 @@ pick_most(const orc_cand *c, size_t n, uint64_t input, uint64_t max_queued,
 
 	*most = -1;
 	for (i = 0; i < n; i++) {
-		bool taken = false;
+		bool cap, top;
 
 		if (!c[i].eligible)
 			continue;
 		key_of(k, &c[i], input);
+		cap = has_capacity(&c[i], max_queued);
 		/* No limit: every eligible cluster has capacity. */
-		if (bm == NULL || better(ORC_KV_FIRST, k, bm, input)) {
-			*most = (long)i;
-			bm = k;
-			taken = true;
-		}
-		if (has_capacity(&c[i], max_queued) &&
-		    (b == NULL || better(objective, k, b, input))) {
+		top = bm == NULL || better(ORC_KV_FIRST, k, bm, input);
+		if (cap && (b == NULL || (objective == ORC_KV_FIRST ?
+		    top || (b != bm && better(ORC_KV_FIRST, k, b, input)) :
+		    better(objective, k, b, input)))) {
 			best = (long)i;
 			b = k;
-			taken = true;
 		}
-		if (taken)
+		if (top) {
+			*most = (long)i;
+			bm = k;
+		}
+		if (b == k || bm == k)
 			k = spare(ks, b, bm);
 	}
 	return best;
