@@ -17,8 +17,9 @@
  * timers on its precise clock afterwards, so a timer never fires early
  * and at most about a millisecond late (nginx's timers behave the same).
  * libevent falls back to that when timerfd_create(2) fails with ENOSYS,
- * which is what the daemon's own timerfd_create below answers (libevent
- * is the only user of timer descriptors in the process).
+ * which is what the daemon's own timerfd_create below answers (for
+ * libevent's sake; the LMDB store's thread, the one other user of a timer
+ * descriptor in the process, makes the system call itself).
  *
  * Signals (libevent signal events, so handlers run on the loop):
  *   SIGTERM, SIGINT  drain: stop accepting (h1s_server_drain: idle
