@@ -884,19 +884,20 @@ struct ring {
  * each, the length and the bytes on two cache lines), so each probe reads
  * another record's lines, serially, before the decision starts: at 64
  * candidates that lookup was most of the session rules' cost.  Here a
- * probe reads one 8-byte entry (32 tag bits, the id's length, the index),
- * tag and length are one compare, and the entry that matches is compared
- * byte for byte with a packed copy of the ids (about 20 bytes each, read
- * together), so the answer is exactly sg_snapshot_find()'s.  The hash
- * reads only the id's first and last 8 bytes and its length (two loads,
- * two multiplies: ids of up to 16 bytes are read whole); an index whose
- * ids that hash cannot tell apart (longer ids differing only in the
- * middle) is built again with a hash of every word instead, so no id
- * list makes the probes long.  The index holds for one ids version (the ordered
- * ids, sg_snapshot.h: the version changes whenever they do, the same
- * contract the cached rings rely on) and is built, O(n), the second time in
- * a row that a version is looked up, so snapshots that alternate fall back
- * to sg_snapshot_find() instead of rebuilding it per decision.
+ * probe reads one 8-byte entry (22 tag bits, the id's length, the index
+ * and the offset of its bytes), tag and length are one compare, and the
+ * entry that matches is compared byte for byte with a packed copy of the
+ * ids (about 20 bytes each, read together), so the answer is exactly
+ * sg_snapshot_find()'s.  The hash reads only the id's first and last 8
+ * bytes and its length (two loads, two multiplies: ids of up to 16 bytes
+ * are read whole); an index whose ids that hash cannot tell apart (longer
+ * ids differing only in the middle) is built again with a hash of every
+ * word instead, so no id list makes the probes long.  The index holds
+ * for one ids version (the ordered ids, sg_snapshot.h: the version
+ * changes whenever they do, the same contract the cached rings rely on)
+ * and is built, O(n), the second time in a row that a version is looked
+ * up, so snapshots that alternate fall back to sg_snapshot_find()
+ * instead of rebuilding it per decision.
  */
 struct hintix {
 	/* read by every probe, together */
@@ -906,17 +907,28 @@ struct hintix {
 	bool		 whole;		/* hashed by every word (hint_hash_all) */
 	unsigned char	 shift;		/* 64 - log2(entries): slot = h >> shift */
 	uint32_t	 mask;		/* entries - 1 */
-	uint64_t	*e;		/* tag | len << 16 | (index + 1); 0: empty */
-	uint32_t	*off;		/* n + 1 offsets of the ids in text */
+	uint64_t	*e;		/* entries (HINT_*); 0: empty */
 	char		*text;		/* the ids, packed */
 	/* the build's */
 	uint64_t	 seen;		/* the version last looked up unindexed */
 	size_t		 cap;		/* entries allocated */
-	size_t		 ncap, tcap;	/* off and text allocated */
+	size_t		 tcap;		/* text allocated */
 };
 
-_Static_assert(SG_MAX_CANDIDATES < UINT16_MAX,
-    "a hint index entry holds a candidate index in 16 bits");
+/*
+ * An entry: the hash's top 22 bits (the tag) and the id's length above
+ * HINT_KEY, so that one shift compares both; the candidate index + 1
+ * (never 0 in a used entry) and the id's offset in text below, so that
+ * the bytes are one load away from the entry.
+ */
+#define HINT_KEY	33		/* tag | len << HINT_KEY */
+#define HINT_IX		20		/* (index + 1) << HINT_IX */
+#define HINT_TAG	(~0ULL << 42)
+#define HINT_OFF	((1ULL << HINT_IX) - 1)
+
+_Static_assert(SG_ID_MAX < 1 << 9 && SG_MAX_CANDIDATES < 1 << 13 &&
+    (uint64_t)SG_MAX_CANDIDATES * SG_ID_MAX <= HINT_OFF + 1,
+    "a hint index entry holds a length, an index and an offset");
 
 struct sgi_rings {
 	struct ring	*slot;
@@ -934,7 +946,6 @@ static void
 hint_free(struct hintix *T)
 {
 	free(T->e);
-	free(T->off);
 	free(T->text);
 	memset(T, 0, sizeof(*T));
 	T->nfast = SIZE_MAX;	/* no index */
@@ -1369,13 +1380,12 @@ rings_get(sgi_scratch *s)
 
 /*
  * The hint index's hashes.  A slot is the hash's top bits and the tag its
- * top 32 bits (an entry keeps them above the id's length and its index),
+ * top 22 bits (an entry keeps them above the id's length, HINT_KEY),
  * so only high product bits, which depend on every input bit, are read:
  * the final mix a low-bit slot would need is not.
  */
 #define HINT_K1		0x9e3779b97f4a7c15ULL
 #define HINT_K2		0xc2b2ae3d27d4eb4fULL
-#define HINT_TAG	0xffffffff00000000ULL
 
 /*
  * The hash of every 8-byte word of p[0..len) (len > 0; the last one
@@ -1471,17 +1481,18 @@ static bool
 hint_place(struct hintix *T, const sg_cluster *cls, size_t n)
 {
 	size_t i, j, mask = T->mask;
-	uint64_t h, key, e;
+	uint64_t h, key, e, off = 0;
 
 	memset(T->e, 0, (mask + 1) * sizeof(*T->e));
 	for (i = 0; i < n; i++) {
 		h = hint_hash(T, cls[i].id, cls[i].id_len);
-		key = (h & HINT_TAG) | (uint64_t)cls[i].id_len << 16;
+		key = (h & HINT_TAG) | (uint64_t)cls[i].id_len << HINT_KEY;
 		for (j = (size_t)(h >> T->shift); (e = T->e[j]) != 0;
 		    j = (j + 1) & mask)
-			if ((e ^ key) >> 16 == 0 && !T->whole)
+			if ((e ^ key) >> HINT_KEY == 0 && !T->whole)
 				return false;	/* ids are unique: distinct */
-		T->e[j] = key | (uint64_t)(i + 1);
+		T->e[j] = key | (uint64_t)(i + 1) << HINT_IX | off;
+		off += cls[i].id_len;
 	}
 	return true;
 }
@@ -1502,17 +1513,14 @@ hint_build(struct hintix *T, const sg_cluster *cls, size_t n, uint64_t ids)
 		bits++;
 	}
 	if (hint_grow((void **)&T->e, &T->cap, ne, sizeof(*T->e)) != 0 ||
-	    hint_grow((void **)&T->off, &T->ncap, n + 1, sizeof(*T->off)) !=
-	    0 || hint_grow((void **)&T->text, &T->tcap, tl, 1) != 0)
+	    hint_grow((void **)&T->text, &T->tcap, tl, 1) != 0)
 		return SG_ENOMEM;
 	T->shift = (unsigned char)(64 - bits);
 	T->mask = (uint32_t)(ne - 1);
-	for (i = 0, tl = 0; i < n; i++) {
-		T->off[i] = (uint32_t)tl;
+	for (i = 0, tl = 0; i < n; i++) {	/* the offsets hint_place() gives */
 		memcpy(T->text + tl, cls[i].id, cls[i].id_len);
 		tl += cls[i].id_len;
 	}
-	T->off[n] = (uint32_t)tl;
 	T->whole = false;
 	if (!hint_place(T, cls, n)) {
 		T->whole = true;
@@ -1591,16 +1599,16 @@ static inline __attribute__((always_inline)) long
 hint_chain(const struct hintix *T, uint64_t h, const char *p, size_t len,
     uint64_t a, uint64_t b)
 {
-	uint64_t key = (h & HINT_TAG) | (uint64_t)len << 16, e;
+	uint64_t key = (h & HINT_TAG) | (uint64_t)len << HINT_KEY, e;
 	size_t i;
 	long k;
 
 	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
 	    i = (i + 1) & T->mask) {
-		if ((e ^ key) >> 16 != 0)
+		if ((e ^ key) >> HINT_KEY != 0)
 			continue;
-		k = (long)(e & 0xffff) - 1;
-		if (hint_eq(T->text + T->off[k], p, len, a, b))
+		k = (long)(e >> HINT_IX & 0x1fff) - 1;
+		if (hint_eq(T->text + (e & HINT_OFF), p, len, a, b))
 			return k;
 	}
 	return -1;
@@ -1624,28 +1632,26 @@ hint_probe(const struct hintix *T, const char *p, size_t len)
  * The usual probe, inline: an index hashed by the ends (T->nfast holds
  * its candidate count) and an id of 8..24 bytes, which three words
  * compare whole (the first, the last, and the one at 8, or again the last
- * below 17 bytes).  The entry in the id's home slot answers; any other
- * case (another entry there, or one whose tag matches but not its bytes)
- * walks the chain with hint_probe(), so the answer is the same.
+ * below 17 bytes).  The chain is walked to the first entry of the id's tag
+ * and length; when its bytes differ (another id with that tag, rare), the
+ * general walk goes on from the start, so the answer is the same.
  */
 static inline __attribute__((always_inline)) long
 hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 {
 	uint64_t a, b, h, e, x, y, key;
-	size_t mid = len > 16 ? 8 : len - 8;
+	size_t mid = len > 16 ? 8 : len - 8, i;
 	const char *t;
-	long k;
 
 	memcpy(&a, p, sizeof(a));
 	memcpy(&b, p + len - 8, sizeof(b));
 	h = hint_hash_ends(a, b, len);
-	key = (h & HINT_TAG) | (uint64_t)len << 16;
-	e = T->e[h >> T->shift];
-	if (e == 0)
-		return -1;	/* an empty home slot: no chain */
-	if (__builtin_expect((e ^ key) >> 16 == 0, 1)) {
-		k = (long)(e & 0xffff) - 1;
-		t = T->text + T->off[k];
+	key = (h & HINT_TAG) | (uint64_t)len << HINT_KEY;
+	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
+	    i = (i + 1) & T->mask) {
+		if ((e ^ key) >> HINT_KEY != 0)
+			continue;
+		t = T->text + (e & HINT_OFF);
 		memcpy(&x, t, sizeof(x));
 		memcpy(&y, t + len - 8, sizeof(y));
 		a ^= x;
@@ -1653,9 +1659,10 @@ hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 		memcpy(&x, t + mid, sizeof(x));
 		memcpy(&y, p + mid, sizeof(y));
 		if ((a | b | (x ^ y)) == 0)
-			return k;
+			return (long)(e >> HINT_IX & 0x1fff) - 1;
+		return hint_probe(T, p, len);
 	}
-	return hint_probe(T, p, len);
+	return -1;
 }
 
 /*
