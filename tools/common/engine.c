@@ -71,7 +71,9 @@ typedef struct rec {
 
 /* A record is three cache lines, and the chunks are line-aligned, so that
  * the three lines renext prefetches are the whole record. */
+#if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(rec) == 192, "a record is three cache lines");
+#endif
 
 /* Records per chunk of the record pool. */
 #define RC_SHIFT	6
@@ -185,9 +187,11 @@ struct eng {
 	eng_config	 cfg;
 };
 
+#if UINTPTR_MAX == UINT64_MAX
 _Static_assert(offsetof(struct eng, kv) == 80 &&
     offsetof(struct eng, rch) == 192 && offsetof(struct eng, win_ms_sum) ==
     256, "the engine's hot lines");
+#endif
 
 #define R(e, h)	(&(e)->rch[(h) >> RC_SHIFT][(h) & (RC_N - 1)])
 
