@@ -287,10 +287,18 @@ enum {
 /* A lookup's state, for the store that may follow it. */
 typedef struct sgi_rclookup {
 	int			 state;
+	bool			 eager;		/* a first sight stored */
 	uint64_t		 h, gen;
 	size_t			 n, slot;
 	const sgi_hashbuf	*prefix;
 } sgi_rclookup;
+
+/*
+ * Pulsar-wait-and-widen ranks every candidate on a cache miss when it has
+ * fewer than these (sgi_pulsar_top() declines), so the ranking cache
+ * stores such a ranking at its first sight (sg_rcache.c).
+ */
+#define SGI_PULSAR_TOP_MIN_N	24
 
 struct sgi_rcache_stats {
 	uint64_t	hits, misses, stores, weight_changes;
@@ -300,7 +308,7 @@ struct sgi_rcache_stats {
 };
 
 /* The ranking cache's default memory budget (bytes), sgi_rcache_set_budget. */
-#define SGI_RCACHE_BUDGET_DEFAULT	((size_t)32 << 20)
+#define SGI_RCACHE_BUDGET_DEFAULT	((size_t)64 << 20)
 
 sgi_rcache	*sgi_rcache_new(void);		/* NULL on ENOMEM */
 void		 sgi_rcache_free(sgi_rcache *rc);	/* NULL is a no-op */

@@ -33,26 +33,37 @@
  * state can never hit again and are replaced first, then the least
  * recently used.
  *
- * Size.  The cache starts with MIN_ENTRIES entries and doubles when the
- * keys it admits keep evicting live entries (more than a quarter of its
- * entries since it last grew: a working set larger than the cache), as
- * long as the whole cache stays within its byte budget
- * (SGI_RCACHE_BUDGET_DEFAULT, 32 MiB, or sgi_rcache_set_budget): with
- * a fleet's dozen candidates per model an entry takes about 200 bytes, so
- * the default holds the rankings of over 100 000 sessions.  A working set
- * that fits stops the growth; a stream of one-off keys never starts it
- * (see admission).  Growing keeps every live entry, and so does a record
- * that has to widen (more candidates, a longer prefix) while the budget
- * holds them; otherwise the cache is rebuilt smaller and keeps what fits.
- * Memory is allocated when the first lookup needs it.
+ * Size.  The cache starts with MIN_ENTRIES entries and doubles under
+ * pressure (more than a sixteenth of its entries since it last grew: a
+ * working set larger than the cache), as long as the whole cache stays
+ * within its byte budget (SGI_RCACHE_BUDGET_DEFAULT, 64 MiB, or
+ * sgi_rcache_set_budget): with a fleet's dozen candidates per model an
+ * entry takes about 240 bytes with its share of the probation table, so
+ * the default holds the rankings of 262 144 sessions (sg-sim's fleet
+ * scenario, about 30 000 sessions alive at once but think times of up to
+ * ten minutes, reaches it).  Pressure is a key admitted by the probation rule that
+ * evicts a live entry, or a key stored at first sight (below) that comes
+ * back after its entry was evicted unused.  A working set that fits stops
+ * the growth; a stream of one-off keys never starts it.  Growing keeps
+ * every live entry, and so does a record that has to widen (more
+ * candidates, a longer prefix) while the budget holds them; otherwise the
+ * cache is rebuilt smaller and keeps what fits.  Memory is allocated when
+ * the first lookup needs it.
  *
  * Admission.  A miss stores its ranking only when the key was seen on a
  * recent miss (a probation table of key hashes, two per entry and at least
- * PROB_MIN, in WAYS-way sets, first in first out) or is cached under other weights (a
- * hot key after a weight change): a stream of one-off keys costs one table
- * write per decision and never evicts a hot key.  The table grows with
- * the cache, so a key returns within about twice the cache's entries of
- * misses to be admitted (a session's next turn after its think time).
+ * PROB_MIN, in WAYS-way sets, first in first out) or is cached under other
+ * weights (a hot key after a weight change): a stream of one-off keys costs
+ * one table write per decision and never evicts a hot key.  The table grows
+ * with the cache, so a key returns within about twice the cache's entries
+ * of misses to be admitted (a session's next turn after its think time).
+ * One exception: where a miss ranks every candidate anyway
+ * (pulsar-wait-and-widen over fewer than SGI_PULSAR_TOP_MIN_N candidates),
+ * storing costs a copy, so a first sight is stored at once, into a free or
+ * dead way or over the least recently used entry never hit since it was
+ * stored; an entry that has been hit is never replaced by a first sight,
+ * so one-off keys still evict only each other.  The entry it replaces goes
+ * to the probation table, so that its return counts as pressure.
  *
  * Nothing here runs per decision except lookup (and store after a miss); no
  * allocation except when the cache grows.
@@ -90,8 +101,17 @@ struct wstate {
 /* Per entry, apart from its record: what a victim search reads. */
 struct meta {
 	uint64_t	 gen;		/* 0: empty */
-	uint64_t	 last;		/* LRU stamp */
+	uint64_t	 last;		/* LRU stamp | HIT: hit since stored */
 };
+
+#define HIT		((uint64_t)1 << 63)
+
+/* An entry's LRU stamp without its HIT flag. */
+static uint64_t
+stamp(const struct meta *m)
+{
+	return m->last & ~HIT;
+}
 
 /*
  * An entry's record: this header, then rank[ncap], pos[ncap] (uint16) and
@@ -335,11 +355,12 @@ move_entries(const sgi_rcache *rc, struct geom *g)
 				v = slot;
 				break;
 			}
-			if (v == SIZE_MAX || g->meta[slot].last <
-			    g->meta[v].last)
+			if (v == SIZE_MAX || stamp(&g->meta[slot]) <
+			    stamp(&g->meta[v]))
 				v = slot;
 		}
-		if (g->meta[v].gen != 0 && g->meta[v].last > rc->meta[i].last)
+		if (g->meta[v].gen != 0 && stamp(&g->meta[v]) >
+		    stamp(&rc->meta[i]))
 			continue;
 		to = rec_at(g->rec, g->recsz, v);
 		*to = *from;
@@ -498,6 +519,21 @@ weights_gen(sgi_rcache *rc, const sg_snapshot *snap, size_t n, int mode)
 	return victim->gen;
 }
 
+/* Take key hash h out of the probation table: whether it was there. */
+static bool
+prob_take(sgi_rcache *rc, uint64_t h)
+{
+	size_t set = (size_t)(h >> 32) & (rc->psets - 1), i;
+	uint64_t *p = &rc->prob[set * WAYS];
+
+	for (i = 0; i < WAYS; i++)
+		if (p[i] == h) {
+			p[i] = 0;	/* (a hash of 0 is admitted at once) */
+			return true;
+		}
+	return false;
+}
+
 /*
  * The probation rule for a key not cached under any weights: true on its
  * second sight (the fingerprint is taken out), false on the first (it is
@@ -506,18 +542,23 @@ weights_gen(sgi_rcache *rc, const sg_snapshot *snap, size_t n, int mode)
 static bool
 probation(sgi_rcache *rc, uint64_t h)
 {
-	size_t set = (size_t)(h >> 32) & (rc->psets - 1), i;
-	uint64_t *p = &rc->prob[set * WAYS];
 	struct geom g;
 
-	for (i = 0; i < WAYS; i++)
-		if (p[i] == h) {
-			p[i] = 0;	/* (a hash of 0 is admitted at once) */
-			return true;
-		}
+	if (prob_take(rc, h))
+		return true;
 	geom_take(&g, rc);
 	prob_put(&g, h);
 	return false;
+}
+
+/*
+ * Whether a miss ranks every candidate anyway: pulsar-wait-and-widen over
+ * fewer than SGI_PULSAR_TOP_MIN_N candidates (sgi_pulsar_top() declines).
+ */
+static bool
+eager(const sg_algdef *d, size_t n)
+{
+	return d->algorithm == SG_ALG_PULSAR_WAW && n < SGI_PULSAR_TOP_MIN_N;
 }
 
 /* The cache can double within its budget. */
@@ -527,25 +568,36 @@ can_grow(const sgi_rcache *rc)
 	return table_bytes(2 * rc->nent, rc->recsz, rc->ncap) <= rc->budget;
 }
 
-/* The way of set to replace: empty, else dead, else least recently used. */
+/*
+ * The way of set to replace: empty, else dead, else least recently used;
+ * *cold: empty, else dead, else the least recently used of the entries
+ * never hit since stored, else SIZE_MAX.
+ */
 static size_t
-victim_of(const sgi_rcache *rc, size_t set)
+victim_of(const sgi_rcache *rc, size_t set, size_t *cold)
 {
 	size_t i, slot, victim = SIZE_MAX, dead = SIZE_MAX;
 	const struct meta *m;
 
+	*cold = SIZE_MAX;
 	for (i = 0; i < WAYS; i++) {
 		slot = set * WAYS + i;
 		m = &rc->meta[slot];
 		if (m->gen == 0)
-			return slot;
-		if (dead == SIZE_MAX && !live(rc, m->gen))
+			return *cold = slot;
+		if (dead == SIZE_MAX && !live(rc, m->gen)) {
 			dead = slot;	/* its weights are gone: never hit */
-		else if (victim == SIZE_MAX ||
-		    m->last < rc->meta[victim].last)
+			continue;
+		}
+		if (victim == SIZE_MAX || stamp(m) < stamp(&rc->meta[victim]))
 			victim = slot;
+		if (!(m->last & HIT) && (*cold == SIZE_MAX ||
+		    stamp(m) < stamp(&rc->meta[*cold])))
+			*cold = slot;
 	}
-	return dead != SIZE_MAX ? dead : victim;
+	if (dead != SIZE_MAX)
+		return *cold = dead;
+	return victim;
 }
 
 int
@@ -554,6 +606,7 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
     size_t *nr)
 {
 	size_t n = sgi_snapshot_count(snap), set, i, len = prefix->len, slot;
+	size_t cold;
 	struct meta *m;
 	struct rec *e;
 	uint64_t h, gen;
@@ -582,7 +635,7 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
 		    memcmp(rec_pfx(e, rc->ncap), prefix->b, len) != 0)
 			continue;
 		if (m->gen == gen && e->n == n) {
-			m->last = ++rc->clock;
+			m->last = ++rc->clock | HIT;
 			*rank = rec_rank(e);
 			*nr = e->nr;
 			rc->st.hits++;
@@ -596,7 +649,18 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
 	lk->gen = gen;
 	lk->n = n;
 	lk->prefix = prefix;
-	lk->slot = victim_of(rc, set);
+	lk->slot = victim_of(rc, set, &cold);
+	lk->eager = false;
+	if (!known && cold != SIZE_MAX && eager(d, n)) {
+		/*
+		 * Stored at once over no proven entry; a key back from the
+		 * probation table (evicted before it was hit) is pressure.
+		 */
+		lk->slot = cold;
+		lk->eager = !prob_take(rc, h);
+		lk->state = SGI_RC_STORE;
+		return lk->state;
+	}
 	/* a hot key under new weights or ids stores at once */
 	lk->state = known || probation(rc, h) ? SGI_RC_STORE : SGI_RC_MISS;
 	return lk->state;
@@ -609,12 +673,17 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 	struct meta *m = &rc->meta[lk->slot];
 	struct rec *e = rec_at(rc->rec, rc->recsz, lk->slot);
 	uint16_t *r = rec_rank(e), *pos = r + rc->ncap;
+	struct geom g;
 	size_t i;
 
 	if (m->gen != 0 && live(rc, m->gen)) {
-		/* a live entry evicted: the working set outgrows the cache */
 		rc->st.evictions++;
-		if (++rc->pressure > rc->nent / 8 && can_grow(rc))
+		if (lk->eager) {
+			/* remembered: back before long, it is pressure */
+			geom_take(&g, rc);
+			prob_put(&g, rc->tag[lk->slot]);
+		} else if (++rc->pressure > rc->nent / 16 && can_grow(rc))
+			/* the working set outgrows the cache */
 			rc->grow = true;	/* not now: r is returned */
 	}
 	memset(pos, 0, lk->n * sizeof(*pos));

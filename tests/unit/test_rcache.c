@@ -5,7 +5,8 @@
  * never cached, one-off keys never evicting hot ones, bounded memory, and
  * the size: growth to a working set under eviction pressure, within the
  * byte budget, records widened for more candidates or longer prefixes, a
- * smaller budget shrinking the cache, every move keeping the rankings.
+ * smaller budget shrinking the cache, every move keeping the rankings, and
+ * first sights stored where a miss ranks everything anyway.
  * That cached rankings give the decisions of uncached ones is the property
  * test in test_router.c.
  */
@@ -96,7 +97,8 @@ visit(sgi_rcache *rc, struct rfx *f, const sg_snapshot *s, size_t k,
 		for (i = 0; i < nr; i++) {
 			assert_int_equal(r[i], order[i]);
 			/* and its inverse */
-			assert_int_equal(sgi_rcache_pos(rc, r)[order[i]], i + 1);
+			assert_int_equal(sgi_rcache_pos(rc, r)[order[i]],
+			    i + 1);
 		}
 	} else if (st == SGI_RC_STORE) {
 		fake_ranking(order, n, tag);
@@ -425,6 +427,79 @@ test_widening_and_shrinking_keep_the_rankings(void **state)
 	sgi_rcache_free(rc);
 }
 
+/*
+ * Issue 10 (a session's second turn): pulsar-wait-and-widen over fewer
+ * than SGI_PULSAR_TOP_MIN_N candidates ranks everything on a miss, so the
+ * first sight stores; from that size on, and for pulsar, the probation
+ * rule holds.
+ */
+static void
+test_pwaw_short_lists_store_at_first_sight(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new();
+	sg_snapshot *s = snap_new(12, "c", 100);
+	sg_snapshot *l = snap_new(SGI_PULSAR_TOP_MIN_N, "l", 100);
+	sg_snapshot *k = snap_new(SGI_PULSAR_TOP_MIN_N - 1, "k", 100);
+	struct rfx f;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	f.def.algorithm = SG_ALG_PULSAR_WAW;
+	assert_int_equal(visit(rc, &f, s, 1, 1), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, s, 1, 1), SGI_RC_HIT);
+	assert_int_equal(visit(rc, &f, k, 2, 2), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, k, 2, 2), SGI_RC_HIT);
+	assert_int_equal(visit(rc, &f, l, 3, 3), SGI_RC_MISS);
+	assert_int_equal(visit(rc, &f, l, 3, 3), SGI_RC_STORE);
+	assert_int_equal(visit(rc, &f, l, 3, 3), SGI_RC_HIT);
+	f.def.algorithm = SG_ALG_PULSAR;
+	f.def.seed_len = 1;	/* (another definition: another prefix) */
+	f.def.seed[0] = 'p';
+	assert_int_equal(visit(rc, &f, s, 1, 4), SGI_RC_MISS);
+	assert_int_equal(visit(rc, &f, s, 1, 4), SGI_RC_STORE);
+	sg_snapshot_free(s);
+	sg_snapshot_free(l);
+	sg_snapshot_free(k);
+	sgi_rcache_free(rc);
+}
+
+/*
+ * First sights replace only entries never hit: keys in use survive a
+ * stream of one-off keys, which never grows the cache either; keys stored
+ * at first sight and evicted unused before they return are pressure, and
+ * the cache grows to hold them.
+ */
+static void
+test_first_sights_never_evict_a_hit_entry(void **state)
+{
+	sgi_rcache *rc = sgi_rcache_new(), *ws = sgi_rcache_new();
+	sg_snapshot *s = snap_new(12, "c", 100);
+	struct sgi_rcache_stats st;
+	struct rfx f;
+	size_t k;
+
+	(void)state;
+	rfx_init(&f, SG_WEIGHT_MAX_INPUT_TPS);
+	f.def.algorithm = SG_ALG_PULSAR_WAW;
+	assert_int_equal(cycle(rc, &f, s, 0, 500, 2), 500);
+	for (k = 0; k < 100000; k++)
+		assert_int_equal(visit(rc, &f, s, 1000000 + k, 0),
+		    SGI_RC_STORE);
+	for (k = 0; k < 500; k++)
+		assert_int_equal(visit(rc, &f, s, k, k), SGI_RC_HIT);
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.grows, 0);
+	assert_int_equal(st.capacity, 4096);
+	/* a working set of 30 000 keys, each stored at first sight */
+	assert_true(cycle(ws, &f, s, 0, 30000, 6) >= 30000 * 95 / 100);
+	sgi_rcache_stats(ws, &st);
+	assert_true(st.grows >= 3);
+	assert_true(st.bytes <= st.budget);
+	sg_snapshot_free(s);
+	sgi_rcache_free(rc);
+	sgi_rcache_free(ws);
+}
+
 int
 main(void)
 {
@@ -442,6 +517,8 @@ main(void)
 		cmocka_unit_test(
 		    test_growth_stops_at_the_budget_and_one_offs_never_grow_it),
 		cmocka_unit_test(test_widening_and_shrinking_keep_the_rankings),
+		cmocka_unit_test(test_pwaw_short_lists_store_at_first_sight),
+		cmocka_unit_test(test_first_sights_never_evict_a_hit_entry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
