@@ -316,7 +316,6 @@ rank_insertion(const sg_snapshot *s, const double *score, size_t *a, size_t n)
 #define KEY_IDX_BITS	12
 #define KEY_IDX_MASK	(((size_t)1 << KEY_IDX_BITS) - 1)
 #define MERGE_MAX	512	/* merge sort below, radix from here */
-#define TOP_MIN_N	24	/* sgi_pulsar_top() below: rank everything */
 
 _Static_assert(SG_MAX_CANDIDATES <= (1 << KEY_IDX_BITS),
     "candidate indices must fit in the key's low bits");
@@ -945,7 +944,8 @@ sgi_pulsar_top(sgi_ctx *x, const sgi_hashbuf *prefix, size_t m, long last,
 	uint64_t h, nh;
 
 	/* short lists: the full sort costs less than a second pass */
-	if (m == 0 || m > SGI_TOP_MAX || x->n < TOP_MIN_N || 8 * m > x->n)
+	if (m == 0 || m > SGI_TOP_MAX || x->n < SGI_PULSAR_TOP_MIN_N ||
+	    8 * m > x->n)
 		return SIZE_MAX;
 	sgi_pulsar_hashes(prefix, c, x->n, hb);
 	for (i = 0; i < x->n; i++) {
