@@ -136,7 +136,8 @@ EOF
 # CI builds the fuzz targets with clang (make fuzz), which the gcc test
 # build never sees: a builtin gcc knows and clang 14 does not broke that
 # build once, and an instrumented ifunc resolver then crashed every target
-# at load.  This compiles sg_sha256.c as `make fuzz` does and runs it.
+# at load.  This compiles sg_sha256.c (and sg_util.c, for its hex) as
+# `make fuzz` does and runs it.
 @test "sg_sha256.c builds with clang's fuzzer instrumentation and the instrumented program starts and hashes" {
 	command -v clang >/dev/null || skip "no clang"
 	cat >"$TMP/t.c" <<'C'
@@ -165,7 +166,8 @@ LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 C
 	run -0 clang -std=c11 -Wall -Wextra -Werror -O2 -I"$TOP/libstargate" \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o "$TMP/t" "$TOP/libstargate/sg_sha256.c" "$TMP/t.c"
+	    -o "$TMP/t" "$TOP/libstargate/sg_sha256.c" \
+	    "$TOP/libstargate/sg_util.c" "$TMP/t.c"
 	run -0 "$TMP/t" -runs=1 "$TMP/t.c"
 	abc=ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
 	[[ "$output" == *"$abc $abc "* ]]
