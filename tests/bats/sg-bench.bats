@@ -85,6 +85,17 @@ teardown() {
 	[ "$(wc -l < "$TMP/d.csv")" -eq 3 ]
 }
 
+@test "decide: --scenario takes a comma list, run in table order; an unknown name in it is a usage error" {
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --candidates 8 --scenario wait-and-widen,random \
+	    --csv "$TMP/d.csv"
+	[ "$(wc -l < "$TMP/d.csv")" -eq 3 ]
+	[ "$(sed -n 2p "$TMP/d.csv" | cut -d, -f1)" = random ]
+	[ "$(sed -n 3p "$TMP/d.csv" | cut -d, -f1)" = wait-and-widen ]
+	run -64 --separate-stderr "$BENCH" decide --scenario random,wait-and-wide
+	[[ "$stderr" == *"unknown scenario 'wait-and-wide'"* ]]
+}
+
 @test "store: lookups, writes and the durable ratio on a small store, as JSON" {
 	run -0 --separate-stderr "$BENCH" store --entries 500 --lookups 500 \
 	    --writes 500 --sync-writes 500 --runs 1 --no-redis --dir "$TMP/s" --json

@@ -284,8 +284,26 @@ struct opts {
 	size_t		 keys;
 	unsigned	 runs;
 	const char	*csv;
-	const char	*only;		/* scenario name filter or NULL */
+	const char	*only;		/* scenario names (a, b, ...) or NULL */
 };
+
+/* Whether name is in the comma-separated list (NULL: every name). */
+static bool
+wanted(const char *list, const char *name)
+{
+	size_t len = strlen(name);
+	const char *p, *e;
+
+	if (list == NULL)
+		return true;
+	for (p = list; *p != '\0'; p = *e != '\0' ? e + 1 : e) {
+		if ((e = strchr(p, ',')) == NULL)
+			e = p + strlen(p);
+		if ((size_t)(e - p) == len && memcmp(p, name, len) == 0)
+			return true;
+	}
+	return false;
+}
 
 static void
 usage(FILE *fp)
@@ -296,7 +314,7 @@ usage(FILE *fp)
 	    "usage: sg-bench decide [--iterations N] [--warmup N] "
 	    "[--candidates N,N,...]\n"
 	    "                       [--keys N] [--runs R] [--csv FILE] "
-	    "[--scenario NAME]\n"
+	    "[--scenario LIST]\n"
 	    "  --iterations N    timed decisions per run (default 200000)\n"
 	    "  --warmup N        untimed decisions before each run "
 	    "(default 20000)\n"
@@ -306,7 +324,8 @@ usage(FILE *fp)
 	    "  --runs R          runs per cell; the median is reported "
 	    "(default 5)\n"
 	    "  --csv FILE        also write the table as CSV\n"
-	    "  --scenario NAME   only this scenario, one of:\n");
+	    "  --scenario LIST   only these scenarios (NAME,NAME,...; "
+	    "in table order), of:\n");
 	for (i = 0; i < NSCEN; i++)
 		fprintf(fp, "                      %s\n", scenarios[i].name);
 }
@@ -1500,6 +1519,30 @@ out:
 	return rc;
 }
 
+/* 0 when every name of the list is a scenario, else -1 (said on stderr). */
+static int
+unknown_scenario(const char *list)
+{
+	const char *p, *e;
+	size_t s, len;
+
+	for (p = list; ; p = e + 1) {
+		if ((e = strchr(p, ',')) == NULL)
+			e = p + strlen(p);
+		len = (size_t)(e - p);
+		for (s = 0; s < NSCEN && (strlen(scenarios[s].name) != len ||
+		    memcmp(scenarios[s].name, p, len) != 0); s++)
+			;
+		if (s == NSCEN) {
+			fprintf(stderr, "sg-bench: unknown scenario '%.*s'\n",
+			    (int)len, p);
+			return -1;
+		}
+		if (*e == '\0')
+			return 0;
+	}
+}
+
 int
 bench_decide_main(int argc, char *argv[])
 {
@@ -1566,16 +1609,8 @@ bench_decide_main(int argc, char *argv[])
 	}
 	if (optind != argc)
 		goto bad;
-	if (o.only != NULL) {
-		for (s = 0; s < NSCEN && strcmp(o.only, scenarios[s].name) != 0;
-		    s++)
-			;
-		if (s == NSCEN) {
-			fprintf(stderr, "sg-bench: unknown scenario '%s'\n",
-			    o.only);
-			goto bad;
-		}
-	}
+	if (o.only != NULL && unknown_scenario(o.only) != 0)
+		goto bad;
 	if (o.csv != NULL && (csv = fopen(o.csv, "w")) == NULL) {
 		fprintf(stderr, "sg-bench: %s: %s\n", o.csv, strerror(errno));
 		return EX_CANTCREAT;
@@ -1590,7 +1625,7 @@ bench_decide_main(int argc, char *argv[])
 	    "scenario", "N", "p50(ns)", "p99(ns)", "floor(ns)", "ratio",
 	    "call-p50", "call-p99", "hit%", "allocs", "select/wait/reject %");
 	for (s = 0; s < NSCEN; s++) {
-		if (o.only != NULL && strcmp(o.only, scenarios[s].name) != 0)
+		if (!wanted(o.only, scenarios[s].name))
 			continue;
 		for (c = 0; c < o.ncand; c++) {
 			struct row row;
