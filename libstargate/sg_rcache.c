@@ -124,7 +124,8 @@ struct rec {
 	uint16_t	 pad;
 };
 
-struct sgi_rcache {
+/* The storage of a table (the weight states are counted apart). */
+struct geom {
 	size_t		 ncap;		/* a record's candidates; 0: none */
 	size_t		 pfxcap;	/* a record's prefix bytes */
 	size_t		 recsz;		/* bytes per record */
@@ -136,6 +137,10 @@ struct sgi_rcache {
 	unsigned char	*rec;		/* nent * recsz */
 	uint64_t	*prob;		/* psets * WAYS key hashes */
 	unsigned char	*prob_next;	/* per probation set: next way */
+};
+
+struct sgi_rcache {
+	struct geom	 g;		/* the table (replaced whole) */
 	size_t		 budget;	/* bytes */
 	size_t		 pressure;	/* live entries evicted since growth */
 	bool		 grow;		/* double at the next lookup */
@@ -143,16 +148,6 @@ struct sgi_rcache {
 	uint64_t	 gen_next;
 	uint64_t	 clock;
 	struct sgi_rcache_stats st;
-};
-
-/* The storage of a table (the weight states are counted apart). */
-struct geom {
-	size_t		 ncap, pfxcap, recsz, nent, nsets, psets;
-	uint64_t	*tag;
-	struct meta	*meta;
-	unsigned char	*rec;
-	uint64_t	*prob;
-	unsigned char	*prob_next;
 };
 
 sgi_rcache *
@@ -251,46 +246,11 @@ geom_alloc(struct geom *g, size_t nent, size_t ncap, size_t pfxcap)
 }
 
 static void
-geom_take(struct geom *g, const sgi_rcache *rc)
-{
-	g->ncap = rc->ncap;
-	g->pfxcap = rc->pfxcap;
-	g->recsz = rc->recsz;
-	g->nent = rc->nent;
-	g->nsets = rc->nsets;
-	g->psets = rc->psets;
-	g->tag = rc->tag;
-	g->meta = rc->meta;
-	g->rec = rc->rec;
-	g->prob = rc->prob;
-	g->prob_next = rc->prob_next;
-}
-
-static void
-geom_put(sgi_rcache *rc, const struct geom *g)
-{
-	rc->ncap = g->ncap;
-	rc->pfxcap = g->pfxcap;
-	rc->recsz = g->recsz;
-	rc->nent = g->nent;
-	rc->nsets = g->nsets;
-	rc->psets = g->psets;
-	rc->tag = g->tag;
-	rc->meta = g->meta;
-	rc->rec = g->rec;
-	rc->prob = g->prob;
-	rc->prob_next = g->prob_next;
-}
-
-static void
 release(sgi_rcache *rc)
 {
-	struct geom g;
 	size_t i;
 
-	geom_take(&g, rc);
-	geom_free(&g);
-	geom_put(rc, &g);
+	geom_free(&rc->g);
 	for (i = 0; i < WSLOTS; i++) {
 		free(rc->ws[i].w);
 		memset(&rc->ws[i], 0, sizeof(rc->ws[i]));
@@ -342,13 +302,13 @@ move_entries(const sgi_rcache *rc, struct geom *g)
 	size_t i, k, set, slot, v;
 	struct rec *from, *to;
 
-	for (i = 0; i < rc->nent; i++) {
-		if (rc->meta[i].gen == 0 || !live(rc, rc->meta[i].gen))
+	for (i = 0; i < rc->g.nent; i++) {
+		if (rc->g.meta[i].gen == 0 || !live(rc, rc->g.meta[i].gen))
 			continue;
-		from = rec_at(rc->rec, rc->recsz, i);
+		from = rec_at(rc->g.rec, rc->g.recsz, i);
 		if (from->n > g->ncap || from->pfx_len > g->pfxcap)
 			continue;
-		set = (size_t)rc->tag[i] & (g->nsets - 1);
+		set = (size_t)rc->g.tag[i] & (g->nsets - 1);
 		for (v = SIZE_MAX, k = 0; k < WAYS; k++) {
 			slot = set * WAYS + k;
 			if (g->meta[slot].gen == 0) {
@@ -360,22 +320,22 @@ move_entries(const sgi_rcache *rc, struct geom *g)
 				v = slot;
 		}
 		if (g->meta[v].gen != 0 && stamp(&g->meta[v]) >
-		    stamp(&rc->meta[i]))
+		    stamp(&rc->g.meta[i]))
 			continue;
 		to = rec_at(g->rec, g->recsz, v);
 		*to = *from;
 		memcpy(rec_rank(to), rec_rank(from), from->nr *
 		    sizeof(uint16_t));
-		memcpy(rec_rank(to) + g->ncap, rec_rank(from) + rc->ncap,
+		memcpy(rec_rank(to) + g->ncap, rec_rank(from) + rc->g.ncap,
 		    from->n * sizeof(uint16_t));
-		memcpy(rec_pfx(to, g->ncap), rec_pfx(from, rc->ncap),
+		memcpy(rec_pfx(to, g->ncap), rec_pfx(from, rc->g.ncap),
 		    from->pfx_len);
-		g->tag[v] = rc->tag[i];
-		g->meta[v] = rc->meta[i];
+		g->tag[v] = rc->g.tag[i];
+		g->meta[v] = rc->g.meta[i];
 	}
-	for (i = 0; i < rc->psets * WAYS; i++)
-		if (rc->prob[i] != 0)
-			prob_put(g, rc->prob[i]);
+	for (i = 0; i < rc->g.psets * WAYS; i++)
+		if (rc->g.prob[i] != 0)
+			prob_put(g, rc->g.prob[i]);
 }
 
 /*
@@ -388,7 +348,7 @@ move_entries(const sgi_rcache *rc, struct geom *g)
 static int
 rebuild(sgi_rcache *rc, size_t nent, size_t ncap, size_t pfxcap)
 {
-	struct geom g, old;
+	struct geom g;
 	uint64_t *w;
 	size_t i, recsz = rec_bytes(ncap, pfxcap);
 
@@ -397,7 +357,7 @@ rebuild(sgi_rcache *rc, size_t nent, size_t ncap, size_t pfxcap)
 	if (geom_alloc(&g, nent, ncap, pfxcap) != 0)
 		goto fail;
 	for (i = 0; i < WSLOTS; i++) {
-		if (ncap <= rc->ncap && rc->ws[i].w != NULL)
+		if (ncap <= rc->g.ncap && rc->ws[i].w != NULL)
 			continue;
 		if ((w = malloc(ncap * sizeof(*w))) == NULL) {
 			geom_free(&g);
@@ -408,11 +368,10 @@ rebuild(sgi_rcache *rc, size_t nent, size_t ncap, size_t pfxcap)
 		free(rc->ws[i].w);
 		rc->ws[i].w = w;
 	}
-	if (rc->nent > 0)
+	if (rc->g.nent > 0)
 		move_entries(rc, &g);
-	geom_take(&old, rc);
-	geom_free(&old);
-	geom_put(rc, &g);
+	geom_free(&rc->g);
+	rc->g = g;
 	rc->pressure = 0;
 	rc->grow = false;
 	return 0;
@@ -425,7 +384,7 @@ fail:
 static int
 fit(sgi_rcache *rc, size_t n, size_t len)
 {
-	size_t ncap = rc->ncap, pfxcap = rc->pfxcap;
+	size_t ncap = rc->g.ncap, pfxcap = rc->g.pfxcap;
 
 	if (n > ncap)
 		ncap = round_up(n, N_ROUND);
@@ -433,7 +392,7 @@ fit(sgi_rcache *rc, size_t n, size_t len)
 		pfxcap = round_up(len, PFX_ROUND);
 	if (pfxcap > PFX_MAX)
 		pfxcap = PFX_MAX;
-	return rebuild(rc, rc->nent > 0 ? rc->nent : MIN_ENTRIES, ncap,
+	return rebuild(rc, rc->g.nent > 0 ? rc->g.nent : MIN_ENTRIES, ncap,
 	    pfxcap);
 }
 
@@ -443,9 +402,9 @@ sgi_rcache_set_budget(sgi_rcache *rc, size_t bytes)
 	if (rc == NULL)
 		return SG_EINVAL;
 	rc->budget = bytes;
-	if (rc->nent > 0 && table_bytes(rc->nent, rc->recsz, rc->ncap) >
+	if (rc->g.nent > 0 && table_bytes(rc->g.nent, rc->g.recsz, rc->g.ncap) >
 	    bytes)
-		return rebuild(rc, rc->nent, rc->ncap, rc->pfxcap);
+		return rebuild(rc, rc->g.nent, rc->g.ncap, rc->g.pfxcap);
 	return 0;
 }
 
@@ -523,8 +482,8 @@ weights_gen(sgi_rcache *rc, const sg_snapshot *snap, size_t n, int mode)
 static bool
 prob_take(sgi_rcache *rc, uint64_t h)
 {
-	size_t set = (size_t)(h >> 32) & (rc->psets - 1), i;
-	uint64_t *p = &rc->prob[set * WAYS];
+	size_t set = (size_t)(h >> 32) & (rc->g.psets - 1), i;
+	uint64_t *p = &rc->g.prob[set * WAYS];
 
 	for (i = 0; i < WAYS; i++)
 		if (p[i] == h) {
@@ -542,12 +501,9 @@ prob_take(sgi_rcache *rc, uint64_t h)
 static bool
 probation(sgi_rcache *rc, uint64_t h)
 {
-	struct geom g;
-
 	if (prob_take(rc, h))
 		return true;
-	geom_take(&g, rc);
-	prob_put(&g, h);
+	prob_put(&rc->g, h);
 	return false;
 }
 
@@ -565,7 +521,7 @@ eager(const sg_algdef *d, size_t n)
 static bool
 can_grow(const sgi_rcache *rc)
 {
-	return table_bytes(2 * rc->nent, rc->recsz, rc->ncap) <= rc->budget;
+	return table_bytes(2 * rc->g.nent, rc->g.recsz, rc->g.ncap) <= rc->budget;
 }
 
 /*
@@ -582,17 +538,17 @@ victim_of(const sgi_rcache *rc, size_t set, size_t *cold)
 	*cold = SIZE_MAX;
 	for (i = 0; i < WAYS; i++) {
 		slot = set * WAYS + i;
-		m = &rc->meta[slot];
+		m = &rc->g.meta[slot];
 		if (m->gen == 0)
 			return *cold = slot;
 		if (dead == SIZE_MAX && !live(rc, m->gen)) {
 			dead = slot;	/* its weights are gone: never hit */
 			continue;
 		}
-		if (victim == SIZE_MAX || stamp(m) < stamp(&rc->meta[victim]))
+		if (victim == SIZE_MAX || stamp(m) < stamp(&rc->g.meta[victim]))
 			victim = slot;
 		if (!(m->last & HIT) && (*cold == SIZE_MAX ||
-		    stamp(m) < stamp(&rc->meta[*cold])))
+		    stamp(m) < stamp(&rc->g.meta[*cold])))
 			*cold = slot;
 	}
 	if (dead != SIZE_MAX)
@@ -615,24 +571,24 @@ sgi_rcache_lookup(sgi_rcache *rc, const sg_algdef *d, const sg_snapshot *snap,
 	lk->state = SGI_RC_BYPASS;
 	if (rc == NULL || n == 0 || n > MAX_N || len > PFX_MAX)
 		return lk->state;
-	if ((n > rc->ncap || len > rc->pfxcap) && fit(rc, n, len) != 0)
+	if ((n > rc->g.ncap || len > rc->g.pfxcap) && fit(rc, n, len) != 0)
 		return lk->state;
 	if (rc->grow) {
-		if (rebuild(rc, 2 * rc->nent, rc->ncap, rc->pfxcap) != 0)
+		if (rebuild(rc, 2 * rc->g.nent, rc->g.ncap, rc->g.pfxcap) != 0)
 			return lk->state;
 		rc->st.grows++;
 	}
 	gen = weights_gen(rc, snap, n, d->rendezvous_weight);
 	h = XXH3_64bits(prefix->b, len);
-	set = (size_t)h & (rc->nsets - 1);
+	set = (size_t)h & (rc->g.nsets - 1);
 	/* the set's tags first (one line), a record only where one matches */
 	for (i = 0; i < WAYS; i++) {
 		slot = set * WAYS + i;
-		if (rc->tag[slot] != h || (m = &rc->meta[slot])->gen == 0)
+		if (rc->g.tag[slot] != h || (m = &rc->g.meta[slot])->gen == 0)
 			continue;
-		e = rec_at(rc->rec, rc->recsz, slot);
+		e = rec_at(rc->g.rec, rc->g.recsz, slot);
 		if (e->pfx_len != len ||
-		    memcmp(rec_pfx(e, rc->ncap), prefix->b, len) != 0)
+		    memcmp(rec_pfx(e, rc->g.ncap), prefix->b, len) != 0)
 			continue;
 		if (m->gen == gen && e->n == n) {
 			m->last = ++rc->clock | HIT;
@@ -670,19 +626,17 @@ const uint16_t *
 sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
     size_t nr)
 {
-	struct meta *m = &rc->meta[lk->slot];
-	struct rec *e = rec_at(rc->rec, rc->recsz, lk->slot);
-	uint16_t *r = rec_rank(e), *pos = r + rc->ncap;
-	struct geom g;
+	struct meta *m = &rc->g.meta[lk->slot];
+	struct rec *e = rec_at(rc->g.rec, rc->g.recsz, lk->slot);
+	uint16_t *r = rec_rank(e), *pos = r + rc->g.ncap;
 	size_t i;
 
 	if (m->gen != 0 && live(rc, m->gen)) {
 		rc->st.evictions++;
 		if (lk->eager) {
 			/* remembered: back before long, it is pressure */
-			geom_take(&g, rc);
-			prob_put(&g, rc->tag[lk->slot]);
-		} else if (++rc->pressure > rc->nent / 16 && can_grow(rc))
+			prob_put(&rc->g, rc->g.tag[lk->slot]);
+		} else if (++rc->pressure > rc->g.nent / 16 && can_grow(rc))
 			/* the working set outgrows the cache */
 			rc->grow = true;	/* not now: r is returned */
 	}
@@ -691,8 +645,8 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 		r[i] = (uint16_t)order[i];
 		pos[order[i]] = (uint16_t)(i + 1);
 	}
-	memcpy(rec_pfx(e, rc->ncap), lk->prefix->b, lk->prefix->len);
-	rc->tag[lk->slot] = lk->h;
+	memcpy(rec_pfx(e, rc->g.ncap), lk->prefix->b, lk->prefix->len);
+	rc->g.tag[lk->slot] = lk->h;
 	m->gen = lk->gen;
 	m->last = ++rc->clock;
 	e->n = (uint16_t)lk->n;
@@ -705,7 +659,7 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 const uint16_t *
 sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank)
 {
-	return rank + rc->ncap;
+	return rank + rc->g.ncap;
 }
 
 void
@@ -717,11 +671,11 @@ sgi_rcache_stats(const sgi_rcache *rc, struct sgi_rcache_stats *st)
 	if (rc == NULL)
 		return;
 	*st = rc->st;
-	st->capacity = rc->nent;
+	st->capacity = rc->g.nent;
 	st->budget = rc->budget;
-	for (i = 0; i < rc->nent; i++)
-		if (rc->meta[i].gen != 0)
+	for (i = 0; i < rc->g.nent; i++)
+		if (rc->g.meta[i].gen != 0)
 			st->entries++;
-	st->bytes = rc->nent > 0 ? table_bytes(rc->nent, rc->recsz,
-	    rc->ncap) : sizeof(*rc);
+	st->bytes = rc->g.nent > 0 ? table_bytes(rc->g.nent, rc->g.recsz,
+	    rc->g.ncap) : sizeof(*rc);
 }
