@@ -229,6 +229,55 @@ test_pick_most_equals_two_picks(void **state)
 	}
 }
 
+/* KV first from the clusters that may hold the prompt (orc_pick_held):
+ * whenever it says the subset settles the choice, the choice and the most
+ * are the full set's; otherwise the full set's best holds none, and a most
+ * holding some is the full set's.  Both outcomes occur. */
+static void
+test_kv_first_held_subset_settles_the_full_choice(void **state)
+{
+	orc_cand c[12], h[12];
+	uint64_t x = 11;
+	size_t settled = 0, open = 0;
+	int round;
+
+	(void)state;
+	for (round = 0; round < 20000; round++) {
+		size_t n = 1 + lcg(&x) % 12, nh = 0, i, map[12];
+		uint64_t input = 1 + lcg(&x) % 4, mq = lcg(&x) % 3;
+		long best, most, fbest, fmost;
+
+		for (i = 0; i < n; i++) {
+			bool holder = lcg(&x) % 3 == 0;
+
+			c[i] = cand(holder ? lcg(&x) % 4 : 0, lcg(&x) % 3,
+			    1000, (double)(lcg(&x) % 2), lcg(&x) % 6,
+			    lcg(&x) % 5);
+			c[i].kv_free = (lcg(&x) % 3) * 16384;
+			c[i].eligible = lcg(&x) % 8 != 0;
+			c[i].slot_wait_ms = (double)(lcg(&x) % 2);
+			/* Every holder is in the subset, some others too. */
+			if (c[i].cached > 0 || lcg(&x) % 4 == 0) {
+				h[nh] = c[i];
+				map[nh++] = i;
+			}
+		}
+		fbest = orc_pick_most(c, n, input, mq, ORC_KV_FIRST, &fmost);
+		if (orc_pick_held(h, nh, input, mq, &best, &most)) {
+			settled++;
+			assert_true(best >= 0 && most >= 0);
+			assert_int_equal((long)map[best], fbest);
+			assert_int_equal((long)map[most], fmost);
+			continue;
+		}
+		open++;
+		assert_true(fbest < 0 || c[fbest].cached == 0);
+		if (most >= 0 && h[most].cached > 0)
+			assert_int_equal((long)map[most], fmost);
+	}
+	assert_true(settled > 1000 && open > 1000);
+}
+
 /* The order of oracle.h written out plainly: does x beat y? */
 static bool
 ref_better(int obj, const orc_cand *x, const orc_cand *y, uint64_t input)
@@ -393,6 +442,8 @@ main(void)
 		    test_engine_probe_reads_the_cache_without_changing_it),
 		cmocka_unit_test(test_kv_first_a_free_slot_beats_any_room),
 		cmocka_unit_test(test_pick_most_equals_two_picks),
+		cmocka_unit_test(
+		    test_kv_first_held_subset_settles_the_full_choice),
 		cmocka_unit_test(test_pick_matches_the_documented_order),
 		cmocka_unit_test(test_engine_load_equals_cluster_fields),
 	};

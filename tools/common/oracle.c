@@ -3,7 +3,8 @@
  * TTFT from exact cluster state, the wait-and-widen capacity rule, and one
  * linear pass that keeps the best candidate under a total order (objective
  * keys, then the lower index), so the choice never depends on anything but
- * the arguments.
+ * the arguments.  A KV-first choice can be read from the clusters that may
+ * hold the prompt alone when one of them holding some has capacity.
  */
 
 #include "oracle.h"
@@ -185,4 +186,14 @@ orc_pick_most(const orc_cand *c, size_t n, uint64_t input,
 	if (objective == ORC_KV_FIRST)
 		return pick_most(c, n, input, max_queued, ORC_KV_FIRST, most);
 	return pick_most(c, n, input, max_queued, objective, most);
+}
+
+/* A cluster outside c holds none of the prompt, so it never beats one that
+ * holds some under KV first: a best or most holding some stands. */
+bool
+orc_pick_held(const orc_cand *c, size_t n, uint64_t input,
+    uint64_t max_queued, long *best, long *most)
+{
+	*best = pick_most(c, n, input, max_queued, ORC_KV_FIRST, most);
+	return *best >= 0 && c[*best].cached > 0;
 }

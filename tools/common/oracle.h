@@ -78,4 +78,19 @@ long	orc_pick(const orc_cand *c, size_t n, uint64_t input,
 long	orc_pick_most(const orc_cand *c, size_t n, uint64_t input,
 	    uint64_t max_queued, int objective, long *most);
 
+/*
+ * The KV-first choice read from the candidates that may hold the prompt
+ * alone (a simulator knows them: the clusters that served the session).
+ * c[0..n) is a subset of the candidates, in their order, that includes
+ * every candidate whose cached is not 0.  Sets *best and *most to
+ * orc_pick_most(c, n, input, max_queued, ORC_KV_FIRST, most) and returns
+ * true when c[*best] holds some of the prompt: then both are the choices
+ * among all the candidates too (indices into c), since every other
+ * candidate holds none.  When it returns false the choice among all holds
+ * none of the prompt (or there is none), and *most, when c[*most] holds
+ * some, is still the cluster holding the most of all the candidates.
+ */
+bool	orc_pick_held(const orc_cand *c, size_t n, uint64_t input,
+	    uint64_t max_queued, long *best, long *most);
+
 #endif /* SG_TOOLS_ORACLE_H */

@@ -1077,21 +1077,54 @@ excluded(const sim *s, const sreq *r, size_t i)
 	return false;
 }
 
+/* Candidate o is cluster i read exactly at t, holding cached tokens of the
+ * prompt; svc is the row's mean admission-to-done time so far. */
+static void
+perfect_cand(const sim *s, orc_cand *o, size_t i, double t, uint64_t cached,
+    double svc)
+{
+	eng_load l;
+
+	eng_load_get(s->cs[i].e, t, &l);
+	o->eligible = true;
+	o->cached = cached;
+	o->backlog = l.backlog;
+	o->tps = l.tps;
+	o->rtt_ms = s->rtt[i];
+	o->running = l.running;
+	o->slots = l.slots;
+	o->kv_free = l.kv_free;
+	o->slot_wait_ms = 0;
+	if (o->running >= o->slots && o->slots > 0)
+		o->slot_wait_ms = (double)(o->running - o->slots + 1) *
+		    svc / (double)o->slots;
+}
+
 /*
  * The perfect-knowledge decision: every candidate engine read exactly at
  * t.  A slot wait is estimated from the row's mean admission-to-done time
  * so far: (running - slots + 1) requests ahead, slots at a time.
+ *
+ * Under KV first the clusters that served the session (the only ones that
+ * can hold its prefix) are asked first: when one of them holding some of
+ * the prompt has capacity, it beats every other candidate (they hold
+ * none), and when one holds some but none of those has capacity the
+ * patience rule waits whatever the others are; only otherwise is every
+ * candidate read (oracle.h: a choice among a subset).
  */
 static void
 decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 {
 	const size_t *idx = s->cand[m];
-	size_t k, n = s->ncand[m];
+	size_t k, j, n = s->ncand[m], hk[SEEN], nh = 0;
 	double svc = s->svc_n > 0 ? s->svc_sum / (double)s->svc_n : 0;
 	const sess *ss = &s->ss[r->sess];
 	eng_req q = { .key = sess_ckey(s, ss), .input_tokens = r->input };
 	uint32_t stamp = ++s->mark_stamp;
-	long best, most;
+	uint64_t hc[SEEN], best_c = 0, most_c = 0;
+	bool kvf = s->row->objective == ORC_KV_FIRST;
+	double wait = kvf ? s->row->patience_ms : 0;
+	long best = -1, most = -1;
 
 	/* Only the clusters that served the session can hold its entry:
 	 * mark them, so a candidate's check is one load. */
@@ -1103,49 +1136,63 @@ decide_perfect(sim *s, const sreq *r, double t, size_t m, sg_decision *d)
 		s->mark[ss->seen[k]] = stamp;
 		s->markhint[ss->seen[k]] = ss->hint[k];
 	}
-	for (k = 0; k < n; k++) {
+	memset(d, 0, sizeof(*d));
+	/* The marked candidates' prefixes, in candidate order. */
+	for (k = 0; k < n && !ss->seen_over; k++) {
 		size_t i = idx[k];
-		orc_cand *o = &s->oc[k];
-		eng_load l;
+
+		if (s->mark[i] != stamp || excluded(s, r, i))
+			continue;
+		q.hint = s->markhint[i];
+		hc[nh] = eng_cached_prefix(s->cs[i].e, &q);
+		hk[nh++] = k;
+	}
+	if (kvf && nh > 0) {
+		bool held;
+
+		for (j = 0; j < nh; j++)
+			perfect_cand(s, &s->oc[j], idx[hk[j]], t, hc[j], svc);
+		held = orc_pick_held(s->oc, nh, r->input, s->row->max_queued,
+		    &best, &most);
+		most_c = most >= 0 ? s->oc[most].cached : 0;
+		if (held) {
+			best_c = s->oc[best].cached;
+			best = (long)hk[best];
+			goto decided;
+		}
+		if (most_c > 0 && t - r->arrive < wait)
+			goto decided;		/* best holds none: wait */
+	}
+	for (k = 0, j = 0; k < n; k++) {
+		size_t i = idx[k];
+		uint64_t cached = 0;
 
 		if (excluded(s, r, i)) {
-			o->eligible = false;
+			s->oc[k].eligible = false;
 			continue;
 		}
-		eng_load_get(s->cs[i].e, t, &l);
-		o->eligible = true;
-		q.hint = s->mark[i] == stamp ? s->markhint[i] : 0;
-		o->cached = ss->seen_over || s->mark[i] == stamp ?
-		    eng_cached_prefix(s->cs[i].e, &q) : 0;
-		o->backlog = l.backlog;
-		o->tps = l.tps;
-		o->rtt_ms = s->rtt[i];
-		o->running = l.running;
-		o->slots = l.slots;
-		o->kv_free = l.kv_free;
-		o->slot_wait_ms = 0;
-		if (o->running >= o->slots && o->slots > 0)
-			o->slot_wait_ms = (double)(o->running - o->slots + 1) *
-			    svc / (double)o->slots;
+		if (j < nh && hk[j] == k)
+			cached = hc[j++];
+		else if (ss->seen_over) {
+			q.hint = s->mark[i] == stamp ? s->markhint[i] : 0;
+			cached = eng_cached_prefix(s->cs[i].e, &q);
+		}
+		perfect_cand(s, &s->oc[k], i, t, cached, svc);
 	}
 	best = orc_pick_most(s->oc, n, r->input, s->row->max_queued,
 	    s->row->objective, &most);
-	memset(d, 0, sizeof(*d));
+	best_c = best >= 0 ? s->oc[best].cached : 0;
+	most_c = most >= 0 ? s->oc[most].cached : 0;
+decided:
 	/* Patience (KV first): while the cluster holding the most of the
 	 * prompt is full, wait for it (for ever, unless the scenario sets
 	 * algorithms.perfect.wait_ms): the bound never gives a cached prefix
 	 * up to load. */
-	if (s->row->objective == ORC_KV_FIRST) {
-		double wait = s->row->patience_ms;
-
-		if (most >= 0 && s->oc[most].cached > 0 && (best < 0 ||
-		    s->oc[best].cached < s->oc[most].cached) &&
-		    t - r->arrive < wait) {
-			d->kind = SG_DECIDE_WAIT;
-			d->recheck_at_ms = t - r->arrive +
-			    s->sc->recheck_cap_ms;
-			return;
-		}
+	if (kvf && most_c > 0 && (best < 0 || best_c < most_c) &&
+	    t - r->arrive < wait) {
+		d->kind = SG_DECIDE_WAIT;
+		d->recheck_at_ms = t - r->arrive + s->sc->recheck_cap_ms;
+		return;
 	}
 	if (best >= 0) {
 		d->kind = SG_DECIDE_SELECT;
