@@ -336,6 +336,14 @@ void		 sgi_rcache_stats(const sgi_rcache *rc,
 /* The inverse of a ranking lookup or store returned: pos[c] = c's rank + 1
  * (0: unranked), for the candidates c of its snapshot. */
 const uint16_t	*sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank);
+/*
+ * sgi_pulsar_prefix(h, d, r), the same bytes, with the part before the
+ * cache-affinity key (seed, routing key, model: the request's class)
+ * copied from the cache's memo of recent classes when it holds this one.
+ * rc may be NULL (then it is sgi_pulsar_prefix).
+ */
+void		 sgi_rcache_prefix(sgi_rcache *rc, sgi_hashbuf *h,
+		    const sg_algdef *d, const sg_request *r);
 
 /* --- algorithms ------------------------------------------------------------ */
 

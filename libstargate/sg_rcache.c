@@ -65,8 +65,15 @@
  * so one-off keys still evict only each other.  The entry it replaces goes
  * to the probation table, so that its return counts as pressure.
  *
- * Nothing here runs per decision except lookup (and store after a miss); no
- * allocation except when the cache grows.
+ * Class prefixes.  Every decision builds its hash prefix, and all but the
+ * cache-affinity key is the request's class (seed, routing key, model):
+ * sgi_rcache_prefix() keeps the last PM_N class parts with their input
+ * bytes and copies the one that matches, so a decision tags one string
+ * instead of four (the bytes are sgi_pulsar_prefix()'s; test_rcache
+ * checks them).
+ *
+ * Nothing here runs per decision except the prefix, lookup (and store
+ * after a miss); no allocation except when the cache grows.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -139,8 +146,30 @@ struct geom {
 	unsigned char	*prob_next;	/* per probation set: next way */
 };
 
+/*
+ * The class part of a pulsar prefix (sgi_rcache_prefix): what
+ * sgi_ring_prefix() built for one seed, routing key and model, kept with
+ * those inputs (seed, then routing key, then model, in in[]), so that the
+ * next decision of the same class copies the bytes instead of tagging the
+ * three strings again.  Keyed by the input bytes, not by pointers: a
+ * caller may reuse its buffers.
+ */
+#define PM_N		8	/* classes remembered */
+#define PM_IN		192	/* their seed, routing key and model bytes */
+#define PM_OUT		256	/* their prefix bytes */
+
+struct pmemo {
+	size_t		 len;		/* prefix bytes in b; 0: empty */
+	size_t		 seed_len, rk_len, model_len;
+	unsigned char	 in[PM_IN];
+	unsigned char	 b[PM_OUT];
+};
+
 struct sgi_rcache {
 	struct geom	 g;		/* the table (replaced whole) */
+	struct pmemo	 pm[PM_N];
+	size_t		 pm_next;	/* the entry replaced next */
+	size_t		 pm_last;	/* the entry hit last (looked at first) */
 	size_t		 budget;	/* bytes */
 	size_t		 pressure;	/* live entries evicted since growth */
 	bool		 grow;		/* double at the next lookup */
@@ -654,6 +683,88 @@ sgi_rcache_store(sgi_rcache *rc, const sgi_rclookup *lk, const size_t *order,
 	e->pfx_len = (uint16_t)lk->prefix->len;
 	rc->st.stores++;
 	return r;
+}
+
+/* Whether the C string p (NULL: empty) is exactly the n bytes at s. */
+static bool
+str_is(const char *p, const unsigned char *s, size_t n)
+{
+	if (p == NULL)
+		return n == 0;
+	return strncmp(p, (const char *)s, n) == 0 && p[n] == '\0';
+}
+
+static bool
+pm_match(const struct pmemo *m, const sg_algdef *d, const sg_request *r)
+{
+	const unsigned char *in = m->in;
+
+	if (m->len == 0 || m->seed_len != d->seed_len || (d->seed_len > 0 &&
+	    memcmp(in, d->seed, d->seed_len) != 0))
+		return false;
+	in += m->seed_len;
+	if (!str_is(r->routing_key, in, m->rk_len))
+		return false;
+	return str_is(r->model, in + m->rk_len, m->model_len);
+}
+
+/* Remember the class part just built in h, when it fits. */
+static void
+pm_put(sgi_rcache *rc, const sgi_hashbuf *h, const sg_algdef *d,
+    const sg_request *r)
+{
+	size_t rk = r->routing_key != NULL ? strlen(r->routing_key) : 0;
+	size_t mo = r->model != NULL ? strlen(r->model) : 0;
+	struct pmemo *m;
+
+	if (h->len > PM_OUT || d->seed_len > PM_IN || rk > PM_IN ||
+	    mo > PM_IN || d->seed_len + rk + mo > PM_IN)
+		return;		/* (a streaming buffer's len is SIZE_MAX) */
+	m = &rc->pm[rc->pm_next];
+	rc->pm_last = rc->pm_next;
+	rc->pm_next = (rc->pm_next + 1) % PM_N;
+	m->seed_len = d->seed_len;
+	m->rk_len = rk;
+	m->model_len = mo;
+	if (d->seed_len > 0)
+		memcpy(m->in, d->seed, d->seed_len);
+	if (rk > 0)
+		memcpy(m->in + d->seed_len, r->routing_key, rk);
+	if (mo > 0)
+		memcpy(m->in + d->seed_len + rk, r->model, mo);
+	memcpy(m->b, h->b, h->len);
+	m->len = h->len;
+}
+
+void
+sgi_rcache_prefix(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
+    const sg_request *r)
+{
+	const char *key = r->cache_affinity_key;
+	const struct pmemo *m;
+	size_t i, k;
+
+	if (rc == NULL) {
+		sgi_pulsar_prefix(h, d, r);
+		return;
+	}
+	for (i = 0; i < PM_N; i++) {
+		k = (rc->pm_last + i) % PM_N;
+		m = &rc->pm[k];
+		if (pm_match(m, d, r)) {
+			rc->pm_last = k;
+			sgi_hb_reset(h);
+			memcpy(h->b, m->b, m->len);
+			h->len = m->len;
+			goto key;
+		}
+	}
+	sgi_ring_prefix(h, d, r);
+	pm_put(rc, h, d, r);
+key:
+	/* the rest of sgi_pulsar_prefix() */
+	sgi_hb_tag(h, "cache_affinity_key", key != NULL ? key : "",
+	    key != NULL ? strlen(key) : 0);
 }
 
 const uint16_t *

@@ -556,7 +556,7 @@ sgi_pulsar_rank_start_lazy(sgi_ctx *x, sgi_hashbuf *prefix, size_t *order,
 
 	*pos = SIZE_MAX;
 	lz->rank = NULL;
-	sgi_pulsar_prefix(prefix, x->def, x->req);
+	sgi_rcache_prefix(rcache(x), prefix, x->def, x->req);
 	if (sgi_rcache_lookup(rcache(x), x->def, x->snap, prefix, &lk, &r,
 	    &nr) == SGI_RC_HIT) {
 		lz->rank = r;
@@ -893,7 +893,7 @@ sgi_pulsar(sgi_ctx *x, sg_decision *out)
 
 	if (x->explain != NULL)
 		pulsar_explain(x);
-	sgi_pulsar_prefix(&prefix, x->def, x->req);
+	sgi_rcache_prefix(rcache(x), &prefix, x->def, x->req);
 	switch (sgi_rcache_lookup(rcache(x), x->def, x->snap, &prefix, &lk,
 	    &r, &nr)) {
 	case SGI_RC_HIT:

@@ -6,7 +6,8 @@
  * the size: growth to a working set under eviction pressure, within the
  * byte budget, records widened for more candidates or longer prefixes, a
  * smaller budget shrinking the cache, every move keeping the rankings, and
- * first sights stored where a miss ranks everything anyway.
+ * first sights stored where a miss ranks everything anyway, and the
+ * memo of class prefixes giving the pulsar prefix's bytes.
  * That cached rankings give the decisions of uncached ones is the property
  * test in test_router.c.
  */
@@ -500,6 +501,63 @@ test_first_sights_never_evict_a_hit_entry(void **state)
 	sgi_rcache_free(ws);
 }
 
+/*
+ * The prefix memo: sgi_rcache_prefix() gives sgi_pulsar_prefix()'s bytes
+ * for every class, through more classes than the memo holds, seeds,
+ * routing keys and models that are prefixes of one another, absent and
+ * empty strings (the same bytes), a model too long to remember, and a
+ * caller's buffer rewritten between calls (the memo is keyed by bytes,
+ * not pointers).  Without a cache it is sgi_pulsar_prefix().
+ */
+static void
+test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
+{
+	static const char *seeds[] = { "", "s", "s2" };
+	static const char *rks[] = { NULL, "", "t", "tenant-a", "tenant-ab",
+	    "tenant-b" };
+	static const char *models[] = { NULL, "m", "m2", "model-x", "LONG" };
+	static const char *keys[] = { "k", NULL, "", "session-12345" };
+	char rkbuf[32], longm[240];
+	sgi_rcache *rc = sgi_rcache_new();
+	sgi_hashbuf want, got;
+	sg_algdef def;
+	sg_request req;
+	size_t i, a, b, c, k;
+
+	(void)state;
+	assert_non_null(rc);
+	memset(longm, 'L', sizeof(longm) - 1);
+	longm[sizeof(longm) - 1] = '\0';
+	memset(&def, 0, sizeof(def));
+	def.algorithm = SG_ALG_PULSAR;
+	sg_request_init(&req);
+	req.request_id = "r";
+	for (i = 0; i < 4000; i++) {
+		/* a walk through the 3 * 6 * 5 classes that revisits them */
+		a = (i * 7 / 5) % 3;
+		b = (i * 5 / 3) % 6;
+		c = (i / 2 + i % 3) % 5;
+		k = i % 4;
+		def.seed_len = strlen(seeds[a]);
+		memcpy(def.seed, seeds[a], def.seed_len + 1);
+		if (rks[b] != NULL && i % 2 == 0) {
+			/* the same buffer, other bytes */
+			snprintf(rkbuf, sizeof(rkbuf), "%s", rks[b]);
+			req.routing_key = rkbuf;
+		} else
+			req.routing_key = rks[b];
+		req.model = models[c] != NULL && strcmp(models[c], "LONG") == 0 ?
+		    longm : models[c];
+		req.cache_affinity_key = keys[k];
+		sgi_pulsar_prefix(&want, &def, &req);
+		sgi_rcache_prefix(i % 97 == 0 ? NULL : rc, &got, &def, &req);
+		assert_int_equal(got.len, want.len);
+		assert_memory_equal(got.b, want.b, want.len);
+		assert_int_equal(sgi_hb_xxh3(&got), sgi_hb_xxh3(&want));
+	}
+	sgi_rcache_free(rc);
+}
+
 int
 main(void)
 {
@@ -519,6 +577,8 @@ main(void)
 		cmocka_unit_test(test_widening_and_shrinking_keep_the_rankings),
 		cmocka_unit_test(test_pwaw_short_lists_store_at_first_sight),
 		cmocka_unit_test(test_first_sights_never_evict_a_hit_entry),
+		cmocka_unit_test(
+		    test_prefix_memo_gives_the_pulsar_prefix_of_every_class),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
