@@ -93,6 +93,20 @@ sg_gateway_store_key(const sg_identity *id, char out[SG_LC_KEY_LEN + 1])
 	    id->cache_affinity_key, strlen(id->cache_affinity_key));
 }
 
+int
+sg_gateway_store_digest(const sg_identity *id,
+    unsigned char out[SG_LC_DIGEST_LEN])
+{
+	const char *rk;
+
+	if (!sg_gateway_store_eligible(id))
+		return SG_ENOTFOUND;
+	rk = id->routing_key != NULL ? id->routing_key : "";
+	return sg_lc_key_digest(out, rk, strlen(rk), id->model,
+	    strlen(id->model), id->cache_affinity_key,
+	    strlen(id->cache_affinity_key));
+}
+
 static void
 add(sg_gateway_headers *out, const char *name, const char *value)
 {

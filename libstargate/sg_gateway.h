@@ -60,6 +60,14 @@ bool	sg_gateway_store_eligible(const sg_identity *id);
 int	sg_gateway_store_key(const sg_identity *id,
 	    char out[SG_LC_KEY_LEN + 1]);
 
+/*
+ * sg_gateway_store_key() as the key's digest (sg_lc_key_digest(): the 32
+ * bytes the key's hex spells), for sg_store's _digest entry points.  Same
+ * returns; no allocation.
+ */
+int	sg_gateway_store_digest(const sg_identity *id,
+	    unsigned char out[SG_LC_DIGEST_LEN]);
+
 /* What the gateway adds to an identity to route one request. */
 typedef struct sg_gateway_route {
 	const char	*request_id;	/* required: inbound X-Request-Id or new */

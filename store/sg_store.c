@@ -182,6 +182,18 @@ sgi_lckey_from_digest(sgi_lckey *k, const unsigned char *digest)
 	sg_hex(k->text + plen, digest, SGI_DIGEST_LEN);
 }
 
+/* The key of a _digest entry point: the text only for a backend that
+ * reads it (struct sgi_store_ops, digest_keys). */
+static void
+key_from_digest(const sg_store *s, sgi_lckey *k, const unsigned char *digest)
+{
+	if (s->ops->digest_keys) {
+		memcpy(k->digest, digest, SGI_DIGEST_LEN);
+		k->text[0] = '\0';
+	} else
+		sgi_lckey_from_digest(k, digest);
+}
+
 /* Runs on the store thread after each write transaction. */
 static void
 front_commit(const sg_store_commit *c, void *arg)
@@ -331,6 +343,17 @@ sg_store_put(sg_store *s, const char *key, size_t key_len, const char *id,
 	    sgi_store_now(&s->o), err);
 }
 
+static int
+put_key(sg_store *s, const sgi_lckey *k, const char *id, size_t id_len,
+    uint64_t *seq, sg_error *err)
+{
+	if (!sg_lc_cluster_id_valid(id, id_len))
+		return sg_seterr(err, SG_EINVAL, "invalid cluster id: "
+		    "must be 1..%d bytes of printable ASCII", SG_ID_MAX);
+	return s->ops->put(s->be, k, id, id_len, sgi_store_now(&s->o), seq,
+	    err);
+}
+
 int
 sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
     const char *id, size_t id_len, uint64_t *seq, sg_error *err)
@@ -340,11 +363,20 @@ sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
 
 	if ((rc = parse_key(&k, key, key_len, err)) != 0)
 		return rc;
-	if (!sg_lc_cluster_id_valid(id, id_len))
-		return sg_seterr(err, SG_EINVAL, "invalid cluster id: "
-		    "must be 1..%d bytes of printable ASCII", SG_ID_MAX);
-	return s->ops->put(s->be, &k, id, id_len, sgi_store_now(&s->o), seq,
-	    err);
+	return put_key(s, &k, id, id_len, seq, err);
+}
+
+int
+sg_store_put_digest_seq(sg_store *s,
+    const unsigned char digest[SG_LC_DIGEST_LEN], const char *id,
+    size_t id_len, uint64_t *seq, sg_error *err)
+{
+	sgi_lckey k;
+
+	if (digest == NULL)
+		return sg_seterr(err, SG_EINVAL, "no store key digest");
+	key_from_digest(s, &k, digest);
+	return put_key(s, &k, id, id_len, seq, err);
 }
 
 void
@@ -381,6 +413,18 @@ req_done(sg_store_lookup_req *req, int rc)
 	req->next = req->prev = NULL;
 }
 
+static void
+req_init(sg_store_lookup_req *req, uint64_t deadline_ns,
+    sg_store_lookup_cb *cb, void *arg)
+{
+	memset(req, 0, sizeof(*req));
+	req->cb = cb;
+	req->arg = arg;
+	req->deadline_ns = deadline_ns;
+}
+
+static int lookup_key(sg_store *, sg_store_lookup_req *, const sgi_lckey *);
+
 int
 sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
     size_t key_len, uint64_t deadline_ns, sg_store_lookup_cb *cb, void *arg)
@@ -388,14 +432,38 @@ sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
 	sgi_lckey k;
 	int rc;
 
-	memset(req, 0, sizeof(*req));
-	req->cb = cb;
-	req->arg = arg;
-	req->deadline_ns = deadline_ns;
+	req_init(req, deadline_ns, cb, arg);
 	if ((rc = parse_key(&k, key, key_len, &req->err)) != 0) {
 		req_done(req, rc);
 		return rc;
 	}
+	return lookup_key(s, req, &k);
+}
+
+int
+sg_store_lookup_start_digest(sg_store *s, sg_store_lookup_req *req,
+    const unsigned char digest[SG_LC_DIGEST_LEN], uint64_t deadline_ns,
+    sg_store_lookup_cb *cb, void *arg)
+{
+	sgi_lckey k;
+
+	req_init(req, deadline_ns, cb, arg);
+	if (digest == NULL) {
+		sg_seterr(&req->err, SG_EINVAL, "no store key digest");
+		req_done(req, SG_EINVAL);
+		return SG_EINVAL;
+	}
+	key_from_digest(s, &k, digest);
+	return lookup_key(s, req, &k);
+}
+
+/* Both lookups, once the key is known. */
+static int
+lookup_key(sg_store *s, sg_store_lookup_req *req, const sgi_lckey *kp)
+{
+	uint64_t deadline_ns = req->deadline_ns;
+	int rc;
+
 	if (sg_store_mono_ns() >= deadline_ns) {
 		sg_seterr(&req->err, ETIMEDOUT, "lookup deadline passed");
 		req_done(req, ETIMEDOUT);
@@ -403,7 +471,7 @@ sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
 	}
 	if (s->ops->lookup_start != NULL) {
 		req->pending = true;
-		if (s->ops->lookup_start(s->be, &k, req) != EINPROGRESS) {
+		if (s->ops->lookup_start(s->be, kp, req) != EINPROGRESS) {
 			req_done(req, req->rc);
 			return 0;
 		}
@@ -414,7 +482,7 @@ sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req, const char *key,
 		s->pending = req;
 		return EINPROGRESS;
 	}
-	rc = s->ops->lookup_nowait(s->be, &k, &req->entry, &req->err);
+	rc = s->ops->lookup_nowait(s->be, kp, &req->entry, &req->err);
 	req_done(req, rc);
 	return 0;
 }

@@ -84,6 +84,18 @@ int	sg_lc_key(char out[SG_LC_KEY_LEN + 1], const char *routing_key,
 	    size_t rk_len, const char *model, size_t model_len,
 	    const char *affinity_key, size_t ak_len);
 
+/* The 32 bytes of a store key's digest (what its 64 hex digits spell). */
+#define SG_LC_DIGEST_LEN	32
+
+/*
+ * The digest of sg_lc_key() for the same arguments (sg_lc_key() writes its
+ * lowercase hex after "lc:v1:"), for the _digest entry points below, which
+ * skip the text form and its parsing.  Same returns as sg_lc_key().
+ */
+int	sg_lc_key_digest(unsigned char out[SG_LC_DIGEST_LEN],
+	    const char *routing_key, size_t rk_len, const char *model,
+	    size_t model_len, const char *affinity_key, size_t ak_len);
+
 /* True if key[0..len) looks like a store key: "lc:v1:" + 64 lowercase hex. */
 bool	sg_lc_key_valid(const char *key, size_t len);
 
@@ -228,6 +240,16 @@ int	sg_store_put(sg_store *s, const char *key, size_t key_len,
 int	sg_store_put_seq(sg_store *s, const char *key, size_t key_len,
 	    const char *id, size_t id_len, uint64_t *seq, sg_error *err);
 
+/*
+ * sg_store_put_seq() of the key whose digest is digest (sg_lc_key_digest():
+ * the key "lc:v1:" + its lowercase hex), without the key's text: the same
+ * write, the same entry.  Returns as sg_store_put_seq() (SG_EINVAL for a
+ * NULL digest or a bad cluster id).
+ */
+int	sg_store_put_digest_seq(sg_store *s,
+	    const unsigned char digest[SG_LC_DIGEST_LEN], const char *id,
+	    size_t id_len, uint64_t *seq, sg_error *err);
+
 /* sg_store_put() with an explicit write time (restoring a backup). */
 int	sg_store_put_at(sg_store *s, const char *key, size_t key_len,
 	    const char *id, size_t id_len, uint64_t written_ms, sg_error *err);
@@ -305,6 +327,16 @@ struct sg_store_lookup_req {
  */
 int	sg_store_lookup_start(sg_store *s, sg_store_lookup_req *req,
 	    const char *key, size_t key_len, uint64_t deadline_ns,
+	    sg_store_lookup_cb *cb, void *arg);
+
+/*
+ * sg_store_lookup_start() of the key whose digest is digest (see
+ * sg_store_put_digest_seq()): the same lookup and result (a hit's
+ * entry.key is the key's text), without parsing a key.  SG_EINVAL for a
+ * NULL digest.
+ */
+int	sg_store_lookup_start_digest(sg_store *s, sg_store_lookup_req *req,
+	    const unsigned char digest[SG_LC_DIGEST_LEN], uint64_t deadline_ns,
 	    sg_store_lookup_cb *cb, void *arg);
 
 /* Forget a pending lookup: its callback will not be called.  A lookup

@@ -5,7 +5,8 @@
  * sg_store.c validates every argument (key syntax, cluster id, options),
  * decodes the key once and dispatches through struct sgi_store_ops; a
  * backend sees only well-formed input.  A backend gets the key both as text
- * (what Redis stores) and as the 32-byte digest (what LMDB stores).
+ * (what Redis stores) and as the 32-byte digest (what LMDB stores); one that
+ * sets digest_keys may get the digest alone (an empty text).
  */
 #ifndef SG_STORE_INTERNAL_H
 #define SG_STORE_INTERNAL_H
@@ -23,6 +24,11 @@ struct sgi_store_hook;
 
 struct sgi_store_ops {
 	const char *name;
+	/*
+	 * True: the backend reads only k->digest, and the _digest entry
+	 * points leave k->text empty (""); false: the front fills the text.
+	 */
+	bool	digest_keys;
 	int	(*lookup)(void *be, const sgi_lckey *k, sg_store_entry *out,
 		    sg_error *err);
 	/* Never waits: 0 hit, SG_ENOTFOUND, EBUSY, or an error. */

@@ -2126,6 +2126,8 @@ store_main(void *arg)
 {
 	struct lstore *s = arg;
 
+	/* named for per-thread accounting (top(1), /proc/PID/task/TID/comm) */
+	(void)pthread_setname_np(pthread_self(), "sg-store");
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		struct op *tmp;
@@ -2628,7 +2630,8 @@ read_entry(struct lstore *s, const sgi_lckey *k, uint64_t now, bool nowait,
 	val.mv_data = vbuf;
 	if (rc == 0 && val_decode(&val, &t, &seq, &id, &id_len)) {
 		hit = true;
-		entry_fill(out, k->text, k->digest, t, id, id_len, now);
+		entry_fill(out, k->text[0] != '\0' ? k->text : NULL,
+		    k->digest, t, id, id_len, now);
 	}
 	if (rc != 0 && rc != MDB_NOTFOUND)
 		return lerr(err, rc, "lookup");
@@ -3003,6 +3006,7 @@ lm_set_hook(void *be, const struct sgi_store_hook *h)
 
 static const struct sgi_store_ops lmdb_ops = {
 	.name = "lmdb",
+	.digest_keys = true,
 	.lookup = lm_lookup,
 	.lookup_nowait = lm_lookup_nowait,
 	.put = lm_put,

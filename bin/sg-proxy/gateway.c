@@ -445,13 +445,13 @@ gateway_unready(proxy *p)
 
 /* --- the store: worker setup, writes, commit records ---------------------- */
 
-/* The bucket of a store key: its last 8 characters, SHA-256 hex. */
+/* The bucket of a store key: its digest's last 8 bytes (SHA-256). */
 static size_t
-wh_slot(const char *key)
+wh_slot(const unsigned char *key)
 {
 	uint64_t h;
 
-	memcpy(&h, key + SG_LC_KEY_LEN - sizeof(h), sizeof(h));
+	memcpy(&h, key + SG_LC_DIGEST_LEN - sizeof(h), sizeof(h));
 	return (size_t)((h * 0x9e3779b97f4a7c15ULL) >> 54) & (WH_SIZE - 1);
 }
 
@@ -517,7 +517,13 @@ on_store_event(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (p->store == NULL)
 		return;
-	while ((n = sg_store_drain(p->store, recs, 32)) > 0)
+	/*
+	 * A short drain emptied the ring: a record added after it makes the
+	 * descriptor readable again, so only a full one is drained again
+	 * (one read(2) of the eventfd per wake-up, not two).
+	 */
+	do {
+		n = sg_store_drain(p->store, recs, 32);
 		for (i = 0; i < n; i++)
 			while (p->wq != NULL && p->wq->seq <= recs[i].ops_done) {
 				gwwrite *w = p->wq;
@@ -528,6 +534,7 @@ on_store_event(evutil_socket_t fd, short what, void *arg)
 				write_result(p, w, recs[i].rc, recs[i].rc == 0 ?
 				    NULL : sg_strerror(recs[i].rc));
 			}
+	} while (n == 32);
 	worker_maybe_exit(p);
 }
 
@@ -568,7 +575,7 @@ hand_over(proxy *p)
 		w->next = NULL;
 		w->batched = false;
 		memset(&err, 0, sizeof(err));
-		rc = sg_store_put_seq(p->store, w->key, SG_LC_KEY_LEN, w->cl,
+		rc = sg_store_put_digest_seq(p->store, w->key, w->cl,
 		    w->cl_len, &w->seq, &err);
 		if (rc != 0) {
 			p->wpending--;
@@ -592,7 +599,7 @@ on_wb_timer(evutil_socket_t fd, short what, void *arg)
 	hand_over(arg);
 }
 
-static gwwrite *recent_write(proxy *p, const char *key);
+static gwwrite *recent_write(proxy *p, const unsigned char *key);
 
 /*
  * A write of a key whose last write still waits in the batch (not yet
@@ -679,14 +686,14 @@ remember(preq *q, const char *cl, size_t cl_len)
 
 /* The newest write of key not yet committed, or NULL. */
 static gwwrite *
-recent_write(proxy *p, const char *key)
+recent_write(proxy *p, const unsigned char *key)
 {
 	gwwrite *w;
 
 	if (p->wh == NULL)
 		return NULL;
 	for (w = p->wh[wh_slot(key)]; w != NULL; w = w->hnext)
-		if (memcmp(w->key, key, SG_LC_KEY_LEN) == 0)
+		if (memcmp(w->key, key, SG_LC_DIGEST_LEN) == 0)
 			return w;
 	return NULL;
 }
@@ -1564,7 +1571,7 @@ lookup(preq *q)
 		proceed(q);
 		return;
 	}
-	if (sg_gateway_store_key(&g->id, g->key) != 0) {
+	if (sg_gateway_store_digest(&g->id, g->key) != 0) {
 		count_lookup(p, LK_SKIPPED);
 		proceed(q);
 		return;
@@ -1587,8 +1594,8 @@ lookup(preq *q)
 		return;
 	}
 	/* g->lk is the store's to initialise (sg_store.h) */
-	rc = sg_store_lookup_start(p->store, &g->lk, g->key, SG_LC_KEY_LEN,
-	    deadline, on_lookup, q);
+	rc = sg_store_lookup_start_digest(p->store, &g->lk, g->key, deadline,
+	    on_lookup, q);
 	if (rc == EINPROGRESS) {
 		q->phase = PQ_LOOKUP;
 		g->lk_pending = true;

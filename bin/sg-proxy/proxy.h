@@ -217,7 +217,8 @@ typedef struct gwreq {
 	sg_gateway_route	 rt;
 	sg_gateway_headers	 gh;
 	char			 rid[160];	/* request id */
-	char			 key[SG_LC_KEY_LEN + 1];
+	unsigned char		 key[SG_LC_DIGEST_LEN];	/* the store key's
+						 * digest */
 	bool			 has_key;	/* eligible: lookup and write */
 	char			 hint[SG_ID_MAX + 1];
 	size_t			 hint_len;	/* strlen(hint) */
@@ -356,7 +357,7 @@ typedef struct apikey {
 /* A store write waiting for its commit record. */
 typedef struct gwwrite {
 	uint64_t	 seq;
-	char		 key[SG_LC_KEY_LEN + 1];
+	unsigned char	 key[SG_LC_DIGEST_LEN];	/* the store key's digest */
 	char		 cl[SG_ID_MAX + 1];
 	size_t		 cl_len;		/* strlen(cl) */
 	bool		 batched;		/* in p->wb, not yet queued */

@@ -61,6 +61,25 @@ expected_key(char out[SG_LC_KEY_LEN + 1], const char *rk, size_t rkl,
 	snprintf(out, SG_LC_KEY_LEN + 1, "lc:v1:%s", hex);
 }
 
+/* sg_lc_key_digest() is the 32 bytes the key's hex spells. */
+static void
+check_digest(const char *want, const char *rk, size_t rkl, const char *m,
+    size_t ml, const char *ak, size_t akl)
+{
+	static const char hx[] = "0123456789abcdef";
+	unsigned char d[SG_LC_DIGEST_LEN];
+	char hex[2 * SG_LC_DIGEST_LEN + 1];
+	size_t i;
+
+	assert_int_equal(sg_lc_key_digest(d, rk, rkl, m, ml, ak, akl), 0);
+	for (i = 0; i < SG_LC_DIGEST_LEN; i++) {
+		hex[2 * i] = hx[d[i] >> 4];
+		hex[2 * i + 1] = hx[d[i] & 15];
+	}
+	hex[2 * SG_LC_DIGEST_LEN] = '\0';
+	assert_string_equal(hex, want + strlen(SG_LC_KEY_PREFIX));
+}
+
 static void
 check(const char *rk, size_t rkl, const char *m, size_t ml, const char *ak,
     size_t akl)
@@ -72,6 +91,52 @@ check(const char *rk, size_t rkl, const char *m, size_t ml, const char *ak,
 	assert_int_equal(sg_lc_key(got, rk, rkl, m, ml, ak, akl), 0);
 	assert_string_equal(got, want);
 	assert_true(sg_lc_key_valid(got, strlen(got)));
+	check_digest(want, rk, rkl, m, ml, ak, akl);
+}
+
+/* A field of n bytes, 'a' + i % 26. */
+static char *
+field(size_t n)
+{
+	char *f = malloc(n + 1);
+	size_t i;
+
+	assert_non_null(f);
+	for (i = 0; i < n; i++)
+		f[i] = (char)('a' + i % 26);
+	f[n] = '\0';
+	return f;
+}
+
+/*
+ * sg_lc_key() hashes short fields from one buffer (256 bytes with the
+ * three length prefixes) and longer ones field by field: both sides of
+ * the bound, in every field, against sha256sum(1), and sg_lc_key_digest()
+ * spelling the same key.
+ */
+static void
+test_key_short_and_long_fields_match_sha256sum_and_the_digest(void **state)
+{
+	static const size_t n[] = { 0, 1, 100, 231, 232, 233, 255, 256, 300 };
+	char *f[sizeof(n) / sizeof(n[0])];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+		f[i] = field(n[i]);
+	for (i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+		check(f[i], n[i], "m", 1, "k", 1);
+		check("r", 1, f[i], n[i], "", 0);
+		check("", 0, "m", 1, f[i], n[i]);
+	}
+	/* 24 + 232 = 256 bytes: the buffer's last fit; 233: past it */
+	check(f[3], n[3], "", 0, "k", 1);
+	check(f[4], n[4], "", 0, "", 0);
+	check(f[5], n[5], "", 0, "", 0);
+	check(f[2], n[2], f[2], n[2], "abcdefghijklmnopqrstuvwxyzabcdef", 32);
+	check(f[2], n[2], f[2], n[2], "abcdefghijklmnopqrstuvwxyzabcdefg", 33);
+	for (i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+		free(f[i]);
 }
 
 static void
@@ -123,6 +188,10 @@ test_key_refuses_null_with_length(void **state)
 	assert_int_equal(sg_lc_key(k, "r", 1, NULL, 1, "k", 1), SG_EINVAL);
 	assert_int_equal(sg_lc_key(k, "r", 1, "m", 1, NULL, 1), SG_EINVAL);
 	assert_int_equal(sg_lc_key(NULL, "r", 1, "m", 1, "k", 1), SG_EINVAL);
+	assert_int_equal(sg_lc_key_digest(NULL, "r", 1, "m", 1, "k", 1),
+	    SG_EINVAL);
+	assert_int_equal(sg_lc_key_digest((unsigned char *)k, "r", 1, NULL, 1,
+	    "k", 1), SG_EINVAL);
 }
 
 static void
@@ -171,6 +240,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_key_matches_sha256sum_of_length_prefixed_fields),
 		cmocka_unit_test(test_key_absent_routing_key_is_empty_string),
+		cmocka_unit_test(
+		    test_key_short_and_long_fields_match_sha256sum_and_the_digest),
 		cmocka_unit_test(test_key_length_prefix_separates_fields),
 		cmocka_unit_test(test_key_refuses_null_with_length),
 		cmocka_unit_test(test_key_valid_syntax),

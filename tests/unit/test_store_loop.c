@@ -199,6 +199,85 @@ test_past_deadline_and_bad_key(void **state)
 	assert_int_equal(req.rc, SG_EINVAL);
 }
 
+/* Session i's key as text and as the digest its hex spells. */
+static void
+digest_of(unsigned char d[SG_LC_DIGEST_LEN], char k[SG_LC_KEY_LEN + 1], int i)
+{
+	char aff[32];
+
+	snprintf(aff, sizeof(aff), "session-%d", i);
+	assert_int_equal(sg_lc_key_digest(d, "tenant", 6, "model", 5, aff,
+	    strlen(aff)), 0);
+	key_of(k, i);
+}
+
+/*
+ * The digest entry points are the text ones without the text: a write by
+ * digest is found by the text key and the other way round, the entries
+ * are the same (a hit's entry.key is the text, the store iterates the
+ * same keys), a write's sequence numbers run on across both kinds, and a
+ * NULL digest is SG_EINVAL.
+ */
+static void
+test_digest_entry_points_are_the_text_ones(void **state)
+{
+	struct fx *f = *state;
+	sg_store_lookup_req req;
+	unsigned char d1[SG_LC_DIGEST_LEN], d2[SG_LC_DIGEST_LEN];
+	char k1[SG_LC_KEY_LEN + 1], k2[SG_LC_KEY_LEN + 1];
+	uint64_t seq1 = 0, seq2 = 0;
+	sg_store_entry e;
+
+	fx_open(f);
+	digest_of(d1, k1, 1);
+	digest_of(d2, k2, 2);
+	assert_int_equal(sg_store_put_digest_seq(f->s, d1, "A", 1, &seq1,
+	    NULL), 0);
+	assert_int_equal(put_i(f->s, 2, "B", &seq2), 0);
+	assert_int_equal(seq1, 1);
+	assert_int_equal(seq2, 2);
+	assert_int_equal(sg_store_flush(f->s, NULL), 0);
+	/* by digest, written by text; and by text, written by digest */
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, d2,
+	    sg_store_mono_ns() + 20 * MS, NULL, NULL), 0);
+	assert_int_equal(req.rc, 0);
+	assert_string_equal(req.entry.cluster_id, "B");
+	assert_string_equal(req.entry.key, k2);
+	assert_int_equal(sg_store_lookup(f->s, k1, SG_LC_KEY_LEN, &e, NULL),
+	    0);
+	assert_string_equal(e.cluster_id, "A");
+	assert_string_equal(e.key, k1);
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, d1,
+	    sg_store_mono_ns() + 20 * MS, NULL, NULL), 0);
+	assert_int_equal(req.rc, 0);
+	assert_string_equal(req.entry.key, k1);
+	/* last write wins across both kinds */
+	assert_int_equal(sg_store_put_digest_seq(f->s, d2, "C", 1, &seq2,
+	    NULL), 0);
+	assert_int_equal(seq2, 3);
+	assert_int_equal(sg_store_flush(f->s, NULL), 0);
+	assert_int_equal(sg_store_lookup(f->s, k2, SG_LC_KEY_LEN, &e, NULL),
+	    0);
+	assert_string_equal(e.cluster_id, "C");
+	/* a miss, a past deadline, bad arguments */
+	d1[0] ^= 1;
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, d1,
+	    sg_store_mono_ns() + 20 * MS, NULL, NULL), 0);
+	assert_int_equal(req.rc, SG_ENOTFOUND);
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, d2,
+	    sg_store_mono_ns() - 1, NULL, NULL), 0);
+	assert_int_equal(req.rc, ETIMEDOUT);
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, NULL,
+	    sg_store_mono_ns() + 20 * MS, NULL, NULL), SG_EINVAL);
+	assert_int_equal(req.rc, SG_EINVAL);
+	assert_int_equal(sg_store_put_digest_seq(f->s, NULL, "A", 1, NULL,
+	    NULL), SG_EINVAL);
+	assert_int_equal(sg_store_put_digest_seq(f->s, d2, "", 0, NULL, NULL),
+	    SG_EINVAL);
+	assert_int_equal(sg_store_put_digest_seq(f->s, d2, "A\x01", 2, NULL,
+	    NULL), SG_EINVAL);
+}
+
 /*
  * The store thread grows the map (MDB_MAP_FULL) with the environment
  * write-locked, and the hook keeps it there.  A lookup started meanwhile
@@ -431,6 +510,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_lookup_completes_at_once,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_digest_entry_points_are_the_text_ones, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_past_deadline_and_bad_key,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
