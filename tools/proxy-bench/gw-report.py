@@ -12,7 +12,11 @@ minus router -- as median (min-max), against the issue's targets (<= 20 %
 CPU, <= 100 us p50).  With --base-bindir the same three targets of an
 older build (bsgproxy, bsgall, bsgallns) run in the same rounds, and a
 last table gives this build's CPU per request over the base build's and
-the change of the gateway stage's added CPU, round by round.
+the change of the gateway stage's added CPU, round by round.  When
+results.tsv has the per-thread columns (run's threads(): schedstat
+nanoseconds and context switches of the main thread, the event loop, and
+of the other threads, the store thread), two more tables split the CPU
+per request and the stage's added CPU by thread.
 """
 import csv
 import statistics
@@ -29,6 +33,24 @@ for r in rows:
 def cpu_us(r):
     req = int(r["requests"])
     return int(r["proxy_ticks"]) / int(r["clk_tck"]) / req * 1e6 if req else 0
+
+
+def has_threads(r):
+    return r.get("loop_ns") not in (None, "")
+
+
+def thr_us(r, col):
+    """CPU per request of the loop thread ("loop") or the other threads
+    ("other": the store thread), us, from the per-thread schedstat."""
+    req = int(r["requests"])
+    return int(r[col + "_ns"]) / 1e3 / req if req else 0
+
+
+def csw(r, col):
+    """Context switches (voluntary + involuntary) per request."""
+    req = int(r["requests"])
+    return (int(r[col + "_vcsw"]) + int(r[col + "_ivcsw"])) / req \
+        if req else 0
 
 
 def med(v):
@@ -76,6 +98,45 @@ for c in concs:
         if dp50:
             print("| %d | %s | %s | %s | %s |" % (c, names[t], med(pct),
                   med(dus), med(dp50)))
+if all(has_threads(r) for r in rows):
+    print("\nPer thread (the scheduler's accounting, /proc/PID/task/TID/"
+          "schedstat, ns exact): the event loop (main thread) and the "
+          "other threads (the LMDB store thread), CPU us per request and "
+          "context switches per request (voluntary + involuntary):\n")
+    print("| conc | role | loop CPU us/req | other CPU us/req | "
+          "loop csw/req | other csw/req |")
+    print("|---|---|---|---|---|---|")
+    for c in concs:
+        for t in targets:
+            rs = [by[k][t] for k in by if k[0] == c and t in by[k]]
+            print("| %d | %s | %s | %s | %s | %s |" % (
+                c, names[t], med([thr_us(r, "loop") for r in rs]),
+                med([thr_us(r, "other") for r in rs]),
+                "%.2f" % statistics.median([csw(r, "loop") for r in rs]),
+                "%.3f" % statistics.median([csw(r, "other") for r in rs])))
+    print("\nGateway stage per thread, per round (all minus router in the "
+          "same round), us per request: added loop-thread CPU, added "
+          "other-thread (store thread) CPU, and their sum over the "
+          "router's CPU (the schedstat form of the added %):\n")
+    print("| conc | variant | added loop us | added other us | "
+          "added CPU % (schedstat) |")
+    print("|---|---|---|---|---|")
+    for c in concs:
+        for t, base in pairs:
+            dl, do, pct = [], [], []
+            for k in by:
+                if k[0] != c or base not in by[k] or t not in by[k]:
+                    continue
+                a, b = by[k][t], by[k][base]
+                dl.append(thr_us(a, "loop") - thr_us(b, "loop"))
+                do.append(thr_us(a, "other") - thr_us(b, "other"))
+                tb = thr_us(b, "loop") + thr_us(b, "other")
+                if tb > 0:
+                    pct.append((thr_us(a, "loop") + thr_us(a, "other")) /
+                               tb * 100 - 100)
+            if dl:
+                print("| %d | %s | %s | %s | %s |" % (c, names[t], med(dl),
+                      med(do), med(pct)))
 if "sgallredis" in targets:
     print("\nRedis store vs LMDB store, --role all, requests/s per round "
           "(target >= 0.9):\n")
