@@ -56,6 +56,8 @@ teardown() {
 	head -1 "$TMP/d.csv" | grep -q '^scenario,candidates,p50_ns,p99_ns,floor_p50_ns,ratio_p50_floor,allocs_per_decision,select_pct,wait_pct,reject_pct,iterations,runs,batch,call_p50_ns,call_p99_ns,cache_hit_pct,ratio_min,ratio_max,same_path_pct$'
 	# Every CSV row has as many fields as the header.
 	awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$TMP/d.csv"
+	# The footer says how many samples were dropped and re-warmed after.
+	grep -qE 'dropped \(a context switch in their group of 64; each such group followed by an untimed pass over the requests, [0-9]+ times\)' <<<"$output"
 }
 
 @test "decide: every scenario the man page names is a scenario of the program" {
