@@ -330,6 +330,40 @@ test_a_restarted_server_is_reconnected_to(void **state)
 	assert_string_equal(e.cluster_id, "R");
 }
 
+/*
+ * The digest entry points on a backend that stores the text: the front
+ * spells the key, so a write by digest is the same Redis key and value as
+ * a write by text, and a lookup by digest finds a write by text.
+ */
+static void
+test_digest_entry_points_write_the_text_key(void **state)
+{
+	struct fx *f = *state;
+	char k[SG_LC_KEY_LEN + 1], buf[512];
+	unsigned char d[SG_LC_DIGEST_LEN];
+	sg_store_lookup_req req;
+	uint64_t seq = 0;
+
+	rs_skip_absent();
+	rs_start(&f->r, NULL);
+	fx_open(f, "", 0);
+	key_of(k, "conv-d");
+	assert_int_equal(sg_lc_key_digest(d, "rk", 2, "model", 5, "conv-d", 6),
+	    0);
+	assert_int_equal(sg_store_put_digest_seq(f->s, d, "C", 1, &seq, NULL),
+	    0);
+	assert_int_equal(sg_store_flush(f->s, NULL), 0);
+	assert_string_equal(rs_str(buf, sizeof(buf), f->r.port, "GET %s", k),
+	    "1764590000000:C");
+	assert_int_equal(sg_store_put(f->s, k, SG_LC_KEY_LEN, "D", 1, NULL), 0);
+	assert_int_equal(sg_store_flush(f->s, NULL), 0);
+	assert_int_equal(sg_store_lookup_start_digest(f->s, &req, d,
+	    sg_store_mono_ns() + 2000000000ULL, NULL, NULL), 0);
+	assert_int_equal(req.rc, 0);
+	assert_string_equal(req.entry.cluster_id, "D");
+	assert_string_equal(req.entry.key, k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -337,6 +371,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_put_get_del_round_trip),
+		T(test_digest_entry_points_write_the_text_key),
 		T(test_ttl_is_px_and_the_age_rule),
 		T(test_list_is_oldest_first_and_skips_expired_and_foreign_keys),
 		T(test_auth_and_select),

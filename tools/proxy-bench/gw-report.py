@@ -171,3 +171,45 @@ if "bsgproxy" in targets:
                       "%.3f (%.3f-%.3f)" % (statistics.median(rat),
                                             min(rat), max(rat)),
                       med(dd) if dd else "-"))
+
+
+def quart(v):
+    """Median, quartiles and extremes of v: "m [q1-q3] (min-max)"."""
+    v = sorted(v)
+    if not v:
+        return "-"
+    if len(v) < 4:
+        return "%.1f [-] (%.1f-%.1f)" % (statistics.median(v), v[0], v[-1])
+    q = statistics.quantiles(v, n=4)
+    return "%.1f [%.1f-%.1f] (%.1f-%.1f)" % (statistics.median(v), q[0],
+                                             q[2], v[0], v[-1])
+
+
+# The summary: the stage's added CPU per round with its quartiles, next
+# to the same-run noise floor -- two targets that run the same code
+# (this build's router and the base build's, when --base-bindir ran the
+# same router stage) or the base build's own stage -- so that a reader
+# can tell the added figure from the noise of the run.
+print("\nSummary: the gateway stage's added CPU per request, % over the "
+      "router in the same round, median [quartiles] (min-max) over the "
+      "rounds; the target is <= 20:\n")
+print("| conc | rounds | all (store on) | all, store off | "
+      "base all (store on) | router, this build over base - 1, % |")
+print("|---|---|---|---|---|---|")
+for c in concs:
+    cols, n = [], 0
+    for t, base in pairs[:3]:
+        pct = []
+        for k in by:
+            if k[0] != c or base not in by[k] or t not in by[k]:
+                continue
+            a, b = by[k][t], by[k][base]
+            if cpu_us(b) > 0:
+                pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
+        n = max(n, len(pct))
+        cols.append(quart(pct))
+    floor = [(cpu_us(by[k]["sgproxy"]) / cpu_us(by[k]["bsgproxy"]) - 1) *
+             100 for k in by if k[0] == c and "sgproxy" in by[k] and
+             "bsgproxy" in by[k] and cpu_us(by[k]["bsgproxy"]) > 0]
+    print("| %d | %d | %s | %s | %s | %s |" % (c, n, cols[0], cols[1],
+          cols[2], quart(floor)))
