@@ -1632,14 +1632,18 @@ hint_probe(const struct hintix *T, const char *p, size_t len)
  * The usual probe, inline: an index hashed by the ends (T->nfast holds
  * its candidate count) and an id of 8..24 bytes, which three words
  * compare whole (the first, the last, and the one at 8, or again the last
- * below 17 bytes).  The chain is walked to the first entry of the id's tag
- * and length; when its bytes differ (another id with that tag, rare), the
- * general walk goes on from the start, so the answer is the same.
+ * below 17 bytes).  The chain's first two entries are read together and
+ * the first of them with the id's tag and length is taken without a
+ * branch (which of the two it is depends on the id, so a branch there
+ * would be mispredicted for the displaced ids); when neither has it (an
+ * id displaced further, or absent) or its bytes differ (another id with
+ * that tag, rare), the general walk answers from the start, so the answer
+ * is the same as walking the chain.
  */
 static inline __attribute__((always_inline)) long
 hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 {
-	uint64_t a, b, h, e, x, y, key;
+	uint64_t a, b, h, e0, e1, e, x, y, key, hit;
 	size_t mid = len > 16 ? 8 : len - 8, i;
 	const char *t;
 
@@ -1647,22 +1651,26 @@ hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 	memcpy(&b, p + len - 8, sizeof(b));
 	h = hint_hash_ends(a, b, len);
 	key = (h & HINT_TAG) | (uint64_t)len << HINT_KEY;
-	for (i = (size_t)(h >> T->shift); (e = T->e[i]) != 0;
-	    i = (i + 1) & T->mask) {
-		if ((e ^ key) >> HINT_KEY != 0)
-			continue;
-		t = T->text + (e & HINT_OFF);
-		memcpy(&x, t, sizeof(x));
-		memcpy(&y, t + len - 8, sizeof(y));
-		a ^= x;
-		b ^= y;
-		memcpy(&x, t + mid, sizeof(x));
-		memcpy(&y, p + mid, sizeof(y));
-		if ((a | b | (x ^ y)) == 0)
-			return (long)(e >> HINT_IX & 0x1fff) - 1;
+	i = (size_t)(h >> T->shift);
+	e0 = T->e[i];
+	e1 = T->e[(i + 1) & T->mask];
+	if (e0 == 0)
+		return -1;	/* an empty chain */
+	/* a used entry is never 0 and 0 never has a length: no match */
+	hit = (e0 ^ key) >> HINT_KEY == 0;
+	e = hit ? e0 : e1;
+	if (__builtin_expect((e ^ key) >> HINT_KEY != 0, 0))
 		return hint_probe(T, p, len);
-	}
-	return -1;
+	t = T->text + (e & HINT_OFF);
+	memcpy(&x, t, sizeof(x));
+	memcpy(&y, t + len - 8, sizeof(y));
+	a ^= x;
+	b ^= y;
+	memcpy(&x, t + mid, sizeof(x));
+	memcpy(&y, p + mid, sizeof(y));
+	if (__builtin_expect((a | b | (x ^ y)) == 0, 1))
+		return (long)(e >> HINT_IX & 0x1fff) - 1;
+	return hint_probe(T, p, len);
 }
 
 /*
