@@ -344,6 +344,10 @@ const uint16_t	*sgi_rcache_pos(const sgi_rcache *rc, const uint16_t *rank);
  */
 void		 sgi_rcache_prefix(sgi_rcache *rc, sgi_hashbuf *h,
 		    const sg_algdef *d, const sg_request *r);
+/* sgi_ring_prefix(h, d, r) (the class part alone) from the same memo;
+ * rc may be NULL. */
+void		 sgi_rcache_ring_prefix(sgi_rcache *rc, sgi_hashbuf *h,
+		    const sg_algdef *d, const sg_request *r);
 
 /* --- algorithms ------------------------------------------------------------ */
 

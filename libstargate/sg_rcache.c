@@ -68,13 +68,18 @@
  * Class prefixes.  Every decision builds its hash prefix, and all but the
  * cache-affinity key is the request's class (seed, routing key, model):
  * sgi_rcache_prefix() keeps the last PM_N class parts with their input
- * bytes and copies the one that matches, so a decision tags one string
- * instead of four (the bytes are sgi_pulsar_prefix()'s; test_rcache
- * checks them).
+ * bytes, looked for first by the pointers they were last met with (then
+ * checked byte for byte), and the key's tag header after them, so that a
+ * decision copies them and writes the key's length and bytes instead of
+ * tagging four strings (the bytes are sgi_pulsar_prefix()'s, and the
+ * header's form is checked against sgi_hb_tag when an entry is made;
+ * test_rcache checks the bytes).  sgi_rcache_ring_prefix() is the class
+ * part alone, wait-and-widen's ring prefix.
  *
  * Nothing here runs per decision except the prefix, lookup (and store
  * after a miss); no allocation except when the cache grows.
  */
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,11 +161,17 @@ struct geom {
  */
 #define PM_N		8	/* classes remembered */
 #define PM_IN		192	/* their seed, routing key and model bytes */
-#define PM_OUT		256	/* their prefix bytes */
+#define PM_OUT		256	/* their prefix bytes, and the key's tag header */
+#define KEY_TAG		"cache_affinity_key"
 
 struct pmemo {
-	size_t		 len;		/* prefix bytes in b; 0: empty */
+	size_t		 len;		/* class bytes in b; 0: empty */
+	size_t		 tlen;		/* ... then the key's tag for a key of
+					 * length 0 (its last 8 bytes), 0: none */
 	size_t		 seed_len, rk_len, model_len;
+	/* the pointers it was last met with: a hint where to look first */
+	const sg_algdef	*dp;
+	const char	*rkp, *mp;
 	unsigned char	 in[PM_IN];
 	unsigned char	 b[PM_OUT];
 };
@@ -708,8 +719,80 @@ pm_match(const struct pmemo *m, const sg_algdef *d, const sg_request *r)
 	return str_is(r->model, in + m->rk_len, m->model_len);
 }
 
-/* Remember the class part just built in h, when it fits. */
+/*
+ * The entry of this class, or NULL: first the one met with these pointers
+ * (its bytes checked), else any whose bytes match.
+ */
+static struct pmemo *
+pm_find(sgi_rcache *rc, const sg_algdef *d, const sg_request *r)
+{
+	struct pmemo *m;
+	size_t i, k;
+
+	for (i = 0; i < PM_N; i++) {
+		m = &rc->pm[i];
+		if (m->dp == d && m->rkp == r->routing_key &&
+		    m->mp == r->model) {
+			if (pm_match(m, d, r))
+				return m;
+			break;
+		}
+	}
+	for (i = 0; i < PM_N; i++) {
+		k = (rc->pm_last + i) % PM_N;
+		m = &rc->pm[k];
+		if (pm_match(m, d, r)) {
+			rc->pm_last = k;
+			m->dp = d;
+			m->rkp = r->routing_key;
+			m->mp = r->model;
+			return m;
+		}
+	}
+	return NULL;
+}
+
 static void
+put_le64(unsigned char *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+/*
+ * The key's tag header after class bytes h, for a key of length 0, into
+ * m->b, when a key's tag is that header with its last 8 bytes the key's
+ * length (little-endian) and then the key (checked here with a key of one
+ * byte against sgi_hb_tag): m->tlen, else m->tlen 0.
+ */
+static void
+pm_template(struct pmemo *m, const sgi_hashbuf *h)
+{
+	sgi_hashbuf *t0, *t1;
+	unsigned char one[8];
+
+	m->tlen = 0;
+	if ((t0 = malloc(2 * sizeof(*t0))) == NULL)
+		return;
+	t1 = t0 + 1;
+	*t0 = *h;
+	*t1 = *h;
+	sgi_hb_tag(t0, KEY_TAG, "", 0);
+	sgi_hb_tag(t1, KEY_TAG, "x", 1);
+	put_le64(one, 1);
+	if (t0->len >= h->len + 8 && t0->len <= PM_OUT &&
+	    t1->len == t0->len + 1 &&
+	    memcmp(t0->b, t1->b, t0->len - 8) == 0 &&
+	    memcmp(t1->b + t0->len - 8, one, 8) == 0 &&
+	    t1->b[t0->len] == 'x') {
+		memcpy(m->b, t0->b, t0->len);
+		m->tlen = t0->len;
+	}
+	free(t0);
+}
+
+/* Remember the class part just built in h, when it fits; the entry. */
+static struct pmemo *
 pm_put(sgi_rcache *rc, const sgi_hashbuf *h, const sg_algdef *d,
     const sg_request *r)
 {
@@ -719,7 +802,7 @@ pm_put(sgi_rcache *rc, const sgi_hashbuf *h, const sg_algdef *d,
 
 	if (h->len > PM_OUT || d->seed_len > PM_IN || rk > PM_IN ||
 	    mo > PM_IN || d->seed_len + rk + mo > PM_IN)
-		return;		/* (a streaming buffer's len is SIZE_MAX) */
+		return NULL;	/* (a streaming buffer's len is SIZE_MAX) */
 	m = &rc->pm[rc->pm_next];
 	rc->pm_last = rc->pm_next;
 	rc->pm_next = (rc->pm_next + 1) % PM_N;
@@ -732,39 +815,66 @@ pm_put(sgi_rcache *rc, const sgi_hashbuf *h, const sg_algdef *d,
 		memcpy(m->in + d->seed_len, r->routing_key, rk);
 	if (mo > 0)
 		memcpy(m->in + d->seed_len + rk, r->model, mo);
-	memcpy(m->b, h->b, h->len);
+	pm_template(m, h);
+	if (m->tlen == 0)
+		memcpy(m->b, h->b, h->len);
 	m->len = h->len;
+	m->dp = d;
+	m->rkp = r->routing_key;
+	m->mp = r->model;
+	return m;
+}
+
+void
+sgi_rcache_ring_prefix(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
+    const sg_request *r)
+{
+	const struct pmemo *m;
+
+	if (rc == NULL || (m = pm_find(rc, d, r)) == NULL) {
+		sgi_ring_prefix(h, d, r);
+		if (rc != NULL)
+			(void)pm_put(rc, h, d, r);
+		return;
+	}
+	sgi_hb_reset(h);
+	memcpy(h->b, m->b, m->len);
+	h->len = m->len;
 }
 
 void
 sgi_rcache_prefix(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
     const sg_request *r)
 {
-	const char *key = r->cache_affinity_key;
+	const char *key = r->cache_affinity_key != NULL ?
+	    r->cache_affinity_key : "";
+	size_t klen = strlen(key);
 	const struct pmemo *m;
-	size_t i, k;
 
 	if (rc == NULL) {
 		sgi_pulsar_prefix(h, d, r);
 		return;
 	}
-	for (i = 0; i < PM_N; i++) {
-		k = (rc->pm_last + i) % PM_N;
-		m = &rc->pm[k];
-		if (pm_match(m, d, r)) {
-			rc->pm_last = k;
-			sgi_hb_reset(h);
-			memcpy(h->b, m->b, m->len);
-			h->len = m->len;
-			goto key;
-		}
+	if ((m = pm_find(rc, d, r)) != NULL && m->tlen > 0 &&
+	    klen <= sizeof(h->b) - m->tlen) {
+		/* the class and the key's tag header, then the key */
+		sgi_hb_reset(h);
+		memcpy(h->b, m->b, m->tlen);
+		put_le64(h->b + m->tlen - 8, klen);
+		memcpy(h->b + m->tlen, key, klen);
+		h->len = m->tlen + klen;
+		return;
 	}
-	sgi_ring_prefix(h, d, r);
-	pm_put(rc, h, d, r);
-key:
+	if (m != NULL) {
+		sgi_hb_reset(h);
+		memcpy(h->b, m->b, m->len);
+		h->len = m->len;
+	} else {
+		sgi_ring_prefix(h, d, r);
+		(void)pm_put(rc, h, d, r);
+	}
 	/* the rest of sgi_pulsar_prefix() */
-	sgi_hb_tag(h, "cache_affinity_key", key != NULL ? key : "",
-	    key != NULL ? strlen(key) : 0);
+	sgi_hb_tag(h, KEY_TAG, key, klen);
 }
 
 const uint16_t *

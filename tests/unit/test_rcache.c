@@ -507,7 +507,9 @@ test_first_sights_never_evict_a_hit_entry(void **state)
  * routing keys and models that are prefixes of one another, absent and
  * empty strings (the same bytes), a model too long to remember, and a
  * caller's buffer rewritten between calls (the memo is keyed by bytes,
- * not pointers).  Without a cache it is sgi_pulsar_prefix().
+ * not pointers), keys that fill the hash buffer or overflow it (a stream
+ * state).  Without a cache it is sgi_pulsar_prefix().  The class part
+ * alone (sgi_rcache_ring_prefix) is sgi_ring_prefix()'s.
  */
 static void
 test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
@@ -516,8 +518,9 @@ test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
 	static const char *rks[] = { NULL, "", "t", "tenant-a", "tenant-ab",
 	    "tenant-b" };
 	static const char *models[] = { NULL, "m", "m2", "model-x", "LONG" };
-	static const char *keys[] = { "k", NULL, "", "session-12345" };
-	char rkbuf[32], longm[240];
+	static const char *keys[] = { "k", NULL, "", "session-12345",
+	    "K1900", "K2100" };
+	char rkbuf[32], longm[240], *k1900, *k2100;
 	sgi_rcache *rc = sgi_rcache_new();
 	sgi_hashbuf want, got;
 	sg_algdef def;
@@ -528,6 +531,13 @@ test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
 	assert_non_null(rc);
 	memset(longm, 'L', sizeof(longm) - 1);
 	longm[sizeof(longm) - 1] = '\0';
+	/* keys that fit the buffer after the class, and one that does not */
+	assert_non_null(k1900 = malloc(1901));
+	assert_non_null(k2100 = malloc(2101));
+	memset(k1900, 'a', 1900);
+	k1900[1900] = '\0';
+	memset(k2100, 'b', 2100);
+	k2100[2100] = '\0';
 	memset(&def, 0, sizeof(def));
 	def.algorithm = SG_ALG_PULSAR;
 	sg_request_init(&req);
@@ -537,7 +547,7 @@ test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
 		a = (i * 7 / 5) % 3;
 		b = (i * 5 / 3) % 6;
 		c = (i / 2 + i % 3) % 5;
-		k = i % 4;
+		k = i % 6;
 		def.seed_len = strlen(seeds[a]);
 		memcpy(def.seed, seeds[a], def.seed_len + 1);
 		if (rks[b] != NULL && i % 2 == 0) {
@@ -548,13 +558,23 @@ test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
 			req.routing_key = rks[b];
 		req.model = models[c] != NULL && strcmp(models[c], "LONG") == 0 ?
 		    longm : models[c];
-		req.cache_affinity_key = keys[k];
+		req.cache_affinity_key = k == 4 ? k1900 : k == 5 ? k2100 :
+		    keys[k];
 		sgi_pulsar_prefix(&want, &def, &req);
 		sgi_rcache_prefix(i % 97 == 0 ? NULL : rc, &got, &def, &req);
 		assert_int_equal(got.len, want.len);
-		assert_memory_equal(got.b, want.b, want.len);
+		if (want.len <= sizeof(want.b))	/* else a stream state */
+			assert_memory_equal(got.b, want.b, want.len);
 		assert_int_equal(sgi_hb_xxh3(&got), sgi_hb_xxh3(&want));
+		/* the class part alone, as wait-and-widen's ring prefix */
+		sgi_ring_prefix(&want, &def, &req);
+		sgi_rcache_ring_prefix(i % 89 == 0 ? NULL : rc, &got, &def,
+		    &req);
+		assert_int_equal(got.len, want.len);
+		assert_memory_equal(got.b, want.b, want.len);
 	}
+	free(k1900);
+	free(k2100);
 	sgi_rcache_free(rc);
 }
 
