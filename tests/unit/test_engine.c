@@ -1044,6 +1044,67 @@ test_next_event_is_current_after_a_callback_cancels(void **state)
 	eng_free(x.e);
 }
 
+/* eng_prefetch is a hint only: with a live hint, a stale or out-of-range
+ * one, no hint, no key, or no cache, no counter, cached prefix or LRU
+ * position changes (the next growth evicts the least recently used key,
+ * 1, although 1 was the key prefetched). */
+static void
+test_prefetch_changes_no_result(void **state)
+{
+	eng_config cfg;
+	eng_counters before;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	uint64_t k;
+
+	(void)state;
+	eng_config_default(&cfg);
+	cfg.kv_capacity_tokens = 303;	/* three keys of 100 + 1 tokens */
+	assert_int_equal(eng_new(&e, &cfg, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 100;
+	r.output_tokens = 1;		/* done at its prefill's end */
+	for (k = 1; k <= 3; k++) {
+		r.key = k;
+		assert_int_equal(eng_submit(e, (double)k * 100, &r, &h), 0);
+		eng_advance(e, (double)k * 100 + 50);
+	}
+	before = *eng_counters_get(e);
+	r.key = 1;
+	r.hint = 1;			/* key 1's entry + 1 */
+	eng_prefetch(e, &r);
+	r.hint = 1000;			/* past the entries */
+	eng_prefetch(e, &r);
+	r.hint = 3;			/* another key's entry */
+	eng_prefetch(e, &r);
+	r.hint = 0;
+	eng_prefetch(e, &r);
+	r.key = 0;
+	eng_prefetch(e, &r);
+	assert_memory_equal(&before, eng_counters_get(e), sizeof(before));
+	assert_int_equal(eng_kv_used(e), 303);
+	r.key = 4;
+	assert_int_equal(eng_submit(e, 400, &r, &h), 0);
+	eng_advance(e, 450);
+	assert_int_equal(eng_counters_get(e)->evicted_entries, 1);
+	r.hint = 0;
+	r.key = 1;
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	for (k = 2; k <= 4; k++) {
+		r.key = k;
+		assert_int_equal(eng_cached_prefix(e, &r), 100);
+	}
+	eng_free(e);
+	cfg.kv_capacity_tokens = 0;
+	assert_int_equal(eng_new(&e, &cfg, NULL, NULL, NULL), 0);
+	r.key = 1;
+	r.hint = 1;
+	eng_prefetch(e, &r);
+	assert_int_equal(eng_cached_prefix(e, &r), 0);
+	eng_free(e);
+}
+
 int
 main(void)
 {
@@ -1076,6 +1137,7 @@ main(void)
 		cmocka_unit_test(test_decode_ends_in_time_then_push_order),
 		cmocka_unit_test(test_decode_end_precedes_a_prefill_end_at_the_same_time),
 		cmocka_unit_test(test_next_event_is_current_after_a_callback_cancels),
+		cmocka_unit_test(test_prefetch_changes_no_result),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

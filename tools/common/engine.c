@@ -1564,3 +1564,17 @@ eng_cached_prefix(const eng *e, const eng_req *r)
 	}
 	return cached < r->input_tokens ? cached : r->input_tokens;
 }
+
+void
+eng_prefetch(const eng *e, const eng_req *r)
+{
+	const kvcache *kv = &e->kv;
+	uint32_t hint = r->hint;
+
+	if (kv->cap == 0 || r->key == 0)
+		return;
+	if (hint != 0 && hint - 1 < kv->nent)
+		__builtin_prefetch(&kv->ent[hint - 1]);
+	else
+		__builtin_prefetch(&kv->tab[kv_hash(r->key) & kv->tabmask]);
+}

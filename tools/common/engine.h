@@ -231,4 +231,13 @@ uint64_t eng_fnv1a(uint64_t h, const void *p, size_t len);
  */
 uint64_t eng_cached_prefix(const eng *e, const eng_req *r);
 
+/*
+ * A hint that r's cache entry is read soon (eng_cached_prefix, or admission
+ * of r): starts fetching the memory that lookup reads (the entry r->hint
+ * names, else the key's home slot in the index), so that a caller driving
+ * many engines can overlap that miss with other work.  Reads and changes
+ * nothing else; no result depends on it.
+ */
+void	eng_prefetch(const eng *e, const eng_req *r);
+
 #endif /* SG_TOOLS_ENGINE_H */
