@@ -1317,14 +1317,17 @@ rewarm(struct world *w, const struct scenario *sc, bool floor)
 	nrewarm++;
 }
 
-/* p50 and p99 of samples[0..n), or of all of them when every group was
- * dropped (then they include the interference). */
+/*
+ * p50 and p99 of samples[0..n), or, when every group was dropped, of the
+ * last group's, samples[0..last) (then they include the interference; the
+ * earlier groups' were written over).
+ */
 static void
-percentiles(double *samples, unsigned long n, unsigned long all,
+percentiles(double *samples, unsigned long n, unsigned long last,
     double *p50, double *p99)
 {
 	if (n == 0)
-		n = all;
+		n = last;
 	qsort(samples, n, sizeof *samples, dbl_cmp);
 	*p50 = samples[n / 2];
 	*p99 = samples[(size_t)((double)(n - 1) * 0.99)];
@@ -1339,6 +1342,7 @@ run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
     bool floor, double *samples, double *p50, double *p99)
 {
 	unsigned long nb = o->iterations / BATCH, b, i, kept = 0, g = 0;
+	unsigned long last = 0;
 	long cs;
 
 	for (i = 0; i < o->warmup; i++, w->k++) {
@@ -1367,10 +1371,11 @@ run_cell(struct world *w, const struct scenario *sc, const struct opts *o,
 				rewarm(w, sc, floor);
 				cs = nswitches();	/* a switch in it: no matter */
 			}
+			last = g;
 			g = 0;
 		}
 	}
-	percentiles(samples, kept, nb, p50, p99);
+	percentiles(samples, kept, last, p50, p99);
 }
 
 /* One run timing every decision on its own, minus the timer's cost. */
@@ -1378,7 +1383,7 @@ static void
 run_calls(struct world *w, const struct scenario *sc, const struct opts *o,
     double *samples, double *p50, double *p99)
 {
-	unsigned long n = o->iterations, i, kept = 0, g = 0;
+	unsigned long n = o->iterations, i, kept = 0, g = 0, last = 0;
 	long cs;
 
 	for (i = 0; i < o->warmup; i++, w->k++)
@@ -1398,10 +1403,11 @@ run_calls(struct world *w, const struct scenario *sc, const struct opts *o,
 				rewarm(w, sc, false);
 				cs = nswitches();
 			}
+			last = g;
 			g = 0;
 		}
 	}
-	percentiles(samples, kept, n, p50, p99);
+	percentiles(samples, kept, last, p50, p99);
 }
 
 static double
