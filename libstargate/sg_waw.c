@@ -339,6 +339,8 @@ fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
     size_t *smp, size_t *m, bool *have_wait, double *wait)
 {
 	const double *t = w->s->d1;
+	const unsigned char *flag = w->s->flag;	/* loaded once: char stores
+						   below may alias anything */
 	double B = (double)w->d->ttft_bucket_size_ms;
 	double f = w->d->next_bucket_unlock_factor;
 	double start = lo, budget = e, next = INFINITY, need = 0;
@@ -362,10 +364,10 @@ fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
 			if (v - lo > B) {
 				if (v < next)
 					next = v;
-				late |= w->s->flag[c];
+				late |= flag[c];
 				continue;
 			}
-			if (w->s->flag[c])
+			if (flag[c])
 				smp[k++] = c;
 		}
 		if (!(next < INFINITY))
@@ -411,7 +413,7 @@ fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
 		size_t c = idx[i];
 		double v = t[c];
 
-		if (!isfinite(v) || !w->s->flag[c])
+		if (!isfinite(v) || !flag[c])
 			continue;
 		if (stop && !(v < next)) {
 			late = true;
@@ -447,19 +449,34 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 	double B = (double)d->ttft_bucket_size_ms;
 	bool allfinite = true, have_wait = false;
 	double wait = 0;
+	double *d1 = s->d1, *d3 = s->d3, max_q = w->max_q;
+	unsigned char *flag = s->flag;
+	const unsigned char *excl = s->excluded;
+	const sg_cluster *cls = w->cls;
+	const bool iq = d->ignore_queue_time;
+	const bool ip = d->ignore_input_processing_time;
+	const bool slo = w->slo, pulsar = w->pulsar;
+	const uint64_t tokens = w->tokens;
+	const uint32_t prio = w->prio;
+	json_t *const cands = w->cands;
 
-	/* 1. estimates, exclusions, feasibility, queue SLO */
+	/*
+	 * 1. estimates, exclusions, feasibility, queue SLO (the arrays in
+	 * locals: a store through the capacity flags, a char type, may alias
+	 * anything, so fields read through s or d would be reloaded per
+	 * candidate)
+	 */
 	for (i = 0; i < nset; i++) {
 		size_t c = set[i];
-		const sg_cluster *k = cl(w, c);
+		const sg_cluster *k = &cls[c];
 		double q, t;
 
-		if (s->excluded[c])
+		if (excl[c])
 			continue;
-		if (w->pulsar && sgi_pulsar_feasible(w->x, c) != 0)
+		if (pulsar && sgi_pulsar_feasible(w->x, c) != 0)
 			continue;
-		q = sgi_queue_ms(k, w->prio);
-		if (w->cands != NULL) {
+		q = sgi_queue_ms(k, prio);
+		if (cands != NULL) {
 			ex_set(w, c, "bucket", json_null());
 			ex_set(w, c, "has_capacity",
 			    json_boolean(sgi_has_capacity(k, max_queued)));
@@ -475,17 +492,17 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 				    w->prio, scale)));
 			}
 		}
-		if (w->slo && q > w->max_q)
+		if (slo && q > max_q)
 			continue;
 		/* sgi_ttft_ms() with the queue delay already in hand */
 		t = k->rtt_ms;
-		if (!d->ignore_queue_time)
+		if (!iq)
 			t += q;
-		if (!d->ignore_input_processing_time)
-			t += sgi_prefill_ms(k, w->tokens, scale);
-		s->d1[c] = t;
-		s->d3[c] = q;
-		s->flag[c] = sgi_has_capacity(k, max_queued);
+		if (!ip)
+			t += sgi_prefill_ms(k, tokens, scale);
+		d1[c] = t;
+		d3[c] = q;
+		flag[c] = sgi_has_capacity(k, max_queued);
 		if (!isfinite(t))
 			allfinite = false;
 		kt = sgi_total_key(t);	/* total order as integers */
