@@ -449,16 +449,10 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 	double B = (double)d->ttft_bucket_size_ms;
 	bool allfinite = true, have_wait = false;
 	double wait = 0;
-	double *d1 = s->d1, *d3 = s->d3, max_q = w->max_q;
+	double *d1 = s->d1, *d3 = s->d3;
 	unsigned char *flag = s->flag;
 	const unsigned char *excl = s->excluded;
 	const sg_cluster *cls = w->cls;
-	const bool iq = d->ignore_queue_time;
-	const bool ip = d->ignore_input_processing_time;
-	const bool slo = w->slo, pulsar = w->pulsar;
-	const uint64_t tokens = w->tokens;
-	const uint32_t prio = w->prio;
-	json_t *const cands = w->cands;
 
 	/*
 	 * 1. estimates, exclusions, feasibility, queue SLO (the arrays in
@@ -473,10 +467,10 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 
 		if (excl[c])
 			continue;
-		if (pulsar && sgi_pulsar_feasible(w->x, c) != 0)
+		if (w->pulsar && sgi_pulsar_feasible(w->x, c) != 0)
 			continue;
-		q = sgi_queue_ms(k, prio);
-		if (cands != NULL) {
+		q = sgi_queue_ms(k, w->prio);
+		if (w->cands != NULL) {
 			ex_set(w, c, "bucket", json_null());
 			ex_set(w, c, "has_capacity",
 			    json_boolean(sgi_has_capacity(k, max_queued)));
@@ -492,14 +486,14 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 				    w->prio, scale)));
 			}
 		}
-		if (slo && q > max_q)
+		if (w->slo && q > w->max_q)
 			continue;
 		/* sgi_ttft_ms() with the queue delay already in hand */
 		t = k->rtt_ms;
-		if (!iq)
+		if (!d->ignore_queue_time)
 			t += q;
-		if (!ip)
-			t += sgi_prefill_ms(k, tokens, scale);
+		if (!d->ignore_input_processing_time)
+			t += sgi_prefill_ms(k, w->tokens, scale);
 		d1[c] = t;
 		d3[c] = q;
 		flag[c] = sgi_has_capacity(k, max_queued);
