@@ -1105,6 +1105,53 @@ test_prefetch_changes_no_result(void **state)
 	eng_free(e);
 }
 
+/* The LRU order survives the queue's compactions: 5000 uses of 12 keys in
+ * a cache of 8 (a touch a use, a compaction every few dozen), each
+ * checked against a plain list of the keys, most recent last. */
+static void
+test_lru_queue_keeps_the_order_through_compactions(void **state)
+{
+	eng_config c;
+	eng_req r;
+	eng *e;
+	uint32_t h;
+	uint64_t model[8], x = 5;
+	size_t nm = 0, i, j, step;
+
+	(void)state;
+	cfg_simple(&c, 1, 88);		/* eight entries of 10 + 1 tokens */
+	assert_int_equal(eng_new(&e, &c, NULL, NULL, NULL), 0);
+	memset(&r, 0, sizeof(r));
+	r.input_tokens = 10;
+	r.output_tokens = 1;
+	for (step = 0; step < 5000; step++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		r.key = 0x100 + (x >> 33) % 12;
+		assert_int_equal(eng_submit(e, (double)step * 100, &r, &h),
+		    0);
+		eng_advance(e, INFINITY);
+		for (i = 0; i < nm && model[i] != r.key; i++)
+			;
+		if (i == nm && nm == 8) {
+			i = 0;			/* the oldest is evicted */
+			model[0] = r.key;
+		} else if (i == nm)
+			model[nm++] = r.key;
+		for (j = i; j + 1 < nm; j++)
+			model[j] = model[j + 1];
+		model[nm - 1] = r.key;
+		for (j = 0; j < 12; j++) {
+			bool in = false;
+
+			for (i = 0; i < nm; i++)
+				in = in || model[i] == 0x100 + j;
+			r.key = 0x100 + j;
+			assert_int_equal(eng_cached_prefix(e, &r), in ? 10 : 0);
+		}
+	}
+	eng_free(e);
+}
+
 int
 main(void)
 {
@@ -1138,6 +1185,8 @@ main(void)
 		cmocka_unit_test(test_decode_end_precedes_a_prefill_end_at_the_same_time),
 		cmocka_unit_test(test_next_event_is_current_after_a_callback_cancels),
 		cmocka_unit_test(test_prefetch_changes_no_result),
+		cmocka_unit_test(
+		    test_lru_queue_keeps_the_order_through_compactions),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

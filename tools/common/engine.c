@@ -23,10 +23,16 @@
  *    selects); the step model keeps its admitted sequences in an array in
  *    admission order.
  *  - The KV cache's entries are 32 bytes, two to a cache line: key, tokens,
- *    LRU links and pin count together, since a touch, a growth and an
+ *    LRU stamp and pin count together, since a touch, a growth and an
  *    unpin each read all of them (a split into key+tokens and links was
- *    measured: one more miss per event).  The LRU list is intrusive, doubly
- *    linked by 32-bit indices.  The index is open addressing (linear
+ *    measured: one more miss per event).  The LRU order is a queue of
+ *    entry indices in the order of their last use: a use appends a record
+ *    and leaves the entry's older one stale (the entry's stamp names its
+ *    live record), so that a touch writes the entry and the queue's end,
+ *    never its neighbours in the order (an intrusive doubly linked list
+ *    wrote two random lines a touch); eviction walks from the queue's
+ *    head, and the queue, twice the entries long, is compacted in order
+ *    when full.  The index is open addressing (linear
  *    probing, backward-shift delete) over 8-byte slots, a 32-bit hash of the
  *    key beside the entry index: a probe reads the table alone and touches
  *    the entry only when the hashes match, and deletion and growth never read
@@ -84,8 +90,8 @@ _Static_assert(sizeof(rec) == 192, "a record is three cache lines");
 typedef struct kv_entry {
 	uint64_t	key;		/* 0: free */
 	uint64_t	tokens;
-	uint32_t	prev, next;	/* LRU list: head = most recent; next
-					   threads the free list */
+	uint32_t	stamp;		/* its live record in the LRU queue */
+	uint32_t	next;		/* free list */
 	uint32_t	pin;
 	uint32_t	unused;
 } kv_entry;
@@ -103,7 +109,11 @@ typedef struct kvcache {
 	uint32_t	 tabmask;	/* size - 1; size is a power of two */
 	uint32_t	 count;
 	uint32_t	 nent, entcap, free_head;
-	uint32_t	 head, tail;
+	/* LRU queue: entry indices in the order of their last use, the
+	 * least recent at lru_head; a record is live while its entry holds a
+	 * key and names the record's position (stamp), stale otherwise */
+	uint32_t	 lru_head, lru_n, lru_cap;
+	uint32_t	*lru;
 } kvcache;
 
 /* The decode heap is 4-ary; its items are 16 bytes and the array starts
@@ -153,7 +163,6 @@ struct eng {
 	uint32_t	 pref_entry;	/* its pinned cache entry, or ENG_NONE */
 	uint32_t	 nheap;
 	heap_item	*heap;		/* heapmem + HEAP_SKEW; slots items */
-	uint64_t	 seq;
 	uint64_t	 adm_tokens;	/* input tokens of admitted requests */
 
 	/* line 3: records, the queue, the callback, the tps window */
@@ -171,6 +180,7 @@ struct eng {
 	double		 win_ms_sum;
 	double		 prefill_tps, decode_tps;	/* cfg's */
 	uint32_t	 max_queue, tps_window;		/* cfg's */
+	uint64_t	 seq;		/* decode heap push order */
 	eng_counters	 ctr;
 
 	/* cold: growth, the step model, the configuration */
@@ -258,7 +268,7 @@ kv_init(kvcache *kv, uint64_t cap)
 
 	memset(kv, 0, sizeof(*kv));
 	kv->cap = cap;
-	kv->free_head = kv->head = kv->tail = ENG_NONE;
+	kv->free_head = ENG_NONE;
 	kv->tab = malloc(64 * sizeof(*kv->tab));
 	if (kv->tab == NULL)
 		return ENOMEM;
@@ -273,6 +283,7 @@ kv_fini(kvcache *kv)
 {
 	free(kv->ent);
 	free(kv->tab);
+	free(kv->lru);
 }
 
 static uint32_t
@@ -355,41 +366,49 @@ kv_tab_del(kvcache *kv, uint32_t x)
 	}
 }
 
-static void
-kv_unlink(kvcache *kv, uint32_t x)
+static inline bool
+kv_live(const kvcache *kv, uint32_t i)
 {
-	kv_entry *l = &kv->ent[x];
+	const kv_entry *l = &kv->ent[kv->lru[i]];
 
-	if (l->prev != ENG_NONE)
-		kv->ent[l->prev].next = l->next;
-	else
-		kv->head = l->next;
-	if (l->next != ENG_NONE)
-		kv->ent[l->next].prev = l->prev;
-	else
-		kv->tail = l->prev;
+	return l->key != 0 && l->stamp == i;
 }
 
+/* Move the live records to the front of the queue, in order (each entry's
+ * stamp follows its record).  The queue holds at least twice the entries,
+ * so this frees half of it at least. */
+static void
+kv_lru_compact(kvcache *kv)
+{
+	uint32_t i, w = 0;
+
+	for (i = kv->lru_head; i < kv->lru_n; i++)
+		if (kv_live(kv, i)) {
+			kv->lru[w] = kv->lru[i];
+			kv->ent[kv->lru[w]].stamp = w;
+			w++;
+		}
+	kv->lru_head = 0;
+	kv->lru_n = w;
+}
+
+/* x is now the most recently used: a new record at the queue's end (the
+ * old one goes stale). */
 static void
 kv_push_front(kvcache *kv, uint32_t x)
 {
-	kv_entry *l = &kv->ent[x];
-
-	l->prev = ENG_NONE;
-	l->next = kv->head;
-	if (kv->head != ENG_NONE)
-		kv->ent[kv->head].prev = x;
-	kv->head = x;
-	if (kv->tail == ENG_NONE)
-		kv->tail = x;
+	if (kv->lru_n == kv->lru_cap)
+		kv_lru_compact(kv);
+	kv->ent[x].stamp = kv->lru_n;
+	kv->lru[kv->lru_n++] = x;
 }
 
 static void
 kv_touch(kvcache *kv, uint32_t x)
 {
-	if (kv->head == x)
+	if (kv->ent[x].stamp == kv->lru_n - 1 && kv->lru_n > 0 &&
+	    kv->lru[kv->lru_n - 1] == x)
 		return;
-	kv_unlink(kv, x);
 	kv_push_front(kv, x);
 }
 
@@ -397,7 +416,6 @@ static void
 kv_remove(kvcache *kv, uint32_t x)
 {
 	kv_tab_del(kv, x);
-	kv_unlink(kv, x);
 	kv->used -= kv->ent[x].tokens;
 	kv->ent[x].tokens = 0;
 	kv->ent[x].key = 0;		/* no hint finds it */
@@ -423,6 +441,17 @@ kv_ent_grow(kvcache *kv)
 	free(kv->ent);
 	kv->ent = ent;
 	kv->entcap = cap;
+	/* The queue holds twice the entries, so that a compaction frees half
+	 * of it at least: a touch never allocates. */
+	if (kv->lru_cap < 2 * cap) {
+		uint32_t *q;
+
+		if ((q = realloc(kv->lru, (size_t)cap * 2 * sizeof(*q))) ==
+		    NULL)
+			return ENOMEM;
+		kv->lru = q;
+		kv->lru_cap = 2 * cap;
+	}
 	return 0;
 }
 
@@ -462,15 +491,19 @@ kv_grow(eng *e, uint32_t x, uint64_t want, eng_info *info)
 {
 	kvcache *kv = &e->kv;
 	uint64_t need, fit;
-	uint32_t y;
+	uint32_t i, y;
 
 	if (want <= kv->ent[x].tokens)
 		return;
 	need = want - kv->ent[x].tokens;
-	y = kv->tail;
-	while (kv->cap - kv->used < need && y != ENG_NONE) {
-		uint32_t prev = kv->ent[y].prev;
-
+	/* Least recent first; stale records at the head are dropped. */
+	while (kv->lru_head < kv->lru_n && !kv_live(kv, kv->lru_head))
+		kv->lru_head++;
+	for (i = kv->lru_head; kv->cap - kv->used < need && i < kv->lru_n;
+	    i++) {
+		if (!kv_live(kv, i))
+			continue;
+		y = kv->lru[i];
 		if (y != x && kv->ent[y].pin == 0) {
 			uint64_t tok = kv->ent[y].tokens;
 
@@ -480,7 +513,6 @@ kv_grow(eng *e, uint32_t x, uint64_t want, eng_info *info)
 			e->ctr.evicted_tokens += tok;
 			kv_remove(kv, y);
 		}
-		y = prev;
 	}
 	fit = kv->cap - kv->used < need ? kv->cap - kv->used : need;
 	kv->ent[x].tokens += fit;
