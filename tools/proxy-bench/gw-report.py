@@ -53,6 +53,13 @@ def csw(r, col):
         if req else 0
 
 
+def paired(c, t, base):
+    """Each round at concurrency c that ran both t and base: (t's row,
+    base's row)."""
+    return [(by[k][t], by[k][base]) for k in by
+            if k[0] == c and t in by[k] and base in by[k]]
+
+
 def med(v):
     v = sorted(v)
     return "%.1f (%.1f-%.1f)" % (statistics.median(v), v[0], v[-1]) \
@@ -87,10 +94,7 @@ pairs = [("sgall", "sgproxy"), ("sgallns", "sgproxy"),
 for c in concs:
     for t, base in pairs:
         pct, dus, dp50 = [], [], []
-        for k in by:
-            if k[0] != c or base not in by[k] or t not in by[k]:
-                continue
-            a, b = by[k][t], by[k][base]
+        for a, b in paired(c, t, base):
             if cpu_us(b) > 0:
                 pct.append((cpu_us(a) / cpu_us(b) - 1) * 100)
             dus.append(cpu_us(a) - cpu_us(b))
@@ -124,10 +128,7 @@ if all(has_threads(r) for r in rows):
     for c in concs:
         for t, base in pairs:
             dl, do, pct = [], [], []
-            for k in by:
-                if k[0] != c or base not in by[k] or t not in by[k]:
-                    continue
-                a, b = by[k][t], by[k][base]
+            for a, b in paired(c, t, base):
                 dl.append(thr_us(a, "loop") - thr_us(b, "loop"))
                 do.append(thr_us(a, "other") - thr_us(b, "other"))
                 tb = thr_us(b, "loop") + thr_us(b, "other")
