@@ -1730,9 +1730,7 @@ affinity_group(struct waw *w, size_t *group)
 		m = n;
 	if (m == 0)
 		return 0;
-	/* the class part from the ranking cache's memo of recent classes */
-	sgi_rcache_ring_prefix(s->reference ? NULL : s->rcache, &prefix, w->d,
-	    x->req);
+	sgi_ring_prefix(&prefix, w->d, x->req);
 	kh = sgi_ring_key_hash(&prefix, key, strlen(key));
 	if (s->reference && (got = group_reference(w, &prefix, kh, V, m,
 	    group)) == m)
