@@ -49,7 +49,7 @@ teardown() {
 	    waw-new-vs-off pwaw-new-vs-off waw-new-samepath-vs-off \
 	    pwaw-new-samepath-vs-off waw-returning-samepath-vs-off \
 	    pwaw-returning-samepath-vs-off waw-many-tenants \
-	    waw-many-tenants-cold-keys waw-uncached-ring; do
+	    waw-many-tenants-cold-keys waw-uncached-ring pulsar-many-tenants; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done
@@ -85,6 +85,20 @@ teardown() {
 	    --runs 1 --candidates 8,64 --scenario pulsar --csv "$TMP/d.csv"
 	[ "$(grep -c '^pulsar,' "$TMP/d.csv")" -eq 2 ]
 	[ "$(wc -l < "$TMP/d.csv")" -eq 3 ]
+}
+
+@test "decide: pulsar-many-tenants row at 8, 64 and 256 candidates with its fields, floor the single-tenant stream" {
+	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
+	    --runs 1 --scenario pulsar-many-tenants --csv "$TMP/d.csv"
+	for n in 8 64 256; do
+		grep -qE "^pulsar-many-tenants +$n +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.-]+ +[0-9.-]+ +[0-9.]+ +[0-9.na]+  100/0/0$" <<<"$output" ||
+		    { echo "no row at $n"; false; }
+		# p50, p99, floor and ratio present and positive; ranking-cache hits counted
+		awk -F, -v n="$n" '$1 == "pulsar-many-tenants" && $2 == n && $3 > 0 &&
+		    $4 > 0 && $5 > 0 && $6 > 0 && $16 != "" { ok = 1 } END { exit !ok }' "$TMP/d.csv" ||
+		    { echo "no CSV row at $n"; false; }
+	done
+	[ "$(wc -l < "$TMP/d.csv")" -eq 4 ]
 }
 
 @test "decide: --scenario takes a comma list, run in table order; an unknown name in it is a usage error" {

@@ -64,6 +64,10 @@
  * once (target <= 2).  The router answers a returning key from its group
  * memo, so the plain rows never read a ring; waw-many-tenants-cold-keys
  * rotates over 2^20 keys, so every decision reads its tenant's ring.
+ * pulsar-many-tenants runs the same 300-tenant stream through pulsar with
+ * the ranking cache on (a hit or miss per key as the plain pulsar row),
+ * against the same decisions on the single-tenant stream, same router,
+ * interleaved: the cost of many hash-prefix classes against one.
  *
  * Scenarios are a table: adding a row (e.g. another session case) is one
  * line in `scenarios[]`.
@@ -271,6 +275,14 @@ static const struct scenario scenarios[] = {
 	    false, COLD_KEYS, true, false, NULL, false },
 	{ "waw-uncached-ring", WAW_K2_V150, FL_VNODES, HINT_NONE, false, 0,
 	    false, true, NULL, false },
+	/*
+	 * The same 300-tenant stream through pulsar with the ranking cache
+	 * on: 300 distinct prefix classes, so the cache's key building
+	 * (prefix, class memo) misses its memo of recent classes on every
+	 * decision; against the single-tenant stream's same decisions.
+	 */
+	{ "pulsar-many-tenants", "\"pulsar\"", FL_SINGLE, HINT_NONE, false, 0,
+	    true, false, NULL, false },
 };
 #define NSCEN	(sizeof scenarios / sizeof scenarios[0])
 
@@ -287,21 +299,45 @@ struct opts {
 	const char	*only;		/* scenario names (a, b, ...) or NULL */
 };
 
+/*
+ * The comma list's iterator: the name at *p (its start and length; names
+ * may be empty), then *p moves past its comma, or to NULL after the last.
+ * Returns false once *p is NULL.
+ */
+static bool
+list_next(const char **p, const char **name, size_t *len)
+{
+	const char *e;
+
+	if (*p == NULL)
+		return false;
+	if ((e = strchr(*p, ',')) == NULL)
+		e = *p + strlen(*p);
+	*name = *p;
+	*len = (size_t)(e - *p);
+	*p = *e != '\0' ? e + 1 : NULL;
+	return true;
+}
+
+/* Whether the list's name s (len bytes) is name. */
+static bool
+same_name(const char *name, const char *s, size_t len)
+{
+	return strlen(name) == len && memcmp(name, s, len) == 0;
+}
+
 /* Whether name is in the comma-separated list (NULL: every name). */
 static bool
 wanted(const char *list, const char *name)
 {
-	size_t len = strlen(name);
-	const char *p, *e;
+	const char *p = list, *s;
+	size_t len;
 
 	if (list == NULL)
 		return true;
-	for (p = list; *p != '\0'; p = *e != '\0' ? e + 1 : e) {
-		if ((e = strchr(p, ',')) == NULL)
-			e = p + strlen(p);
-		if ((size_t)(e - p) == len && memcmp(p, name, len) == 0)
+	while (list_next(&p, &s, &len))
+		if (same_name(name, s, len))
 			return true;
-	}
 	return false;
 }
 
@@ -1565,24 +1601,20 @@ out:
 static int
 unknown_scenario(const char *list)
 {
-	const char *p, *e;
+	const char *p = list, *name;
 	size_t s, len;
 
-	for (p = list; ; p = e + 1) {
-		if ((e = strchr(p, ',')) == NULL)
-			e = p + strlen(p);
-		len = (size_t)(e - p);
-		for (s = 0; s < NSCEN && (strlen(scenarios[s].name) != len ||
-		    memcmp(scenarios[s].name, p, len) != 0); s++)
+	while (list_next(&p, &name, &len)) {
+		for (s = 0; s < NSCEN && !same_name(scenarios[s].name, name,
+		    len); s++)
 			;
 		if (s == NSCEN) {
 			fprintf(stderr, "sg-bench: unknown scenario '%.*s'\n",
-			    (int)len, p);
+			    (int)len, name);
 			return -1;
 		}
-		if (*e == '\0')
-			return 0;
 	}
+	return 0;
 }
 
 int
