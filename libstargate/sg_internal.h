@@ -305,6 +305,10 @@ struct sgi_rcache_stats {
 	uint64_t	evictions;	/* live entries replaced by a store */
 	uint64_t	grows;		/* doublings under eviction pressure */
 	size_t		entries, capacity, bytes, budget;
+	/* the class memo (sgi_rcache_prefix): lookups that found the
+	 * class, lookups that built it, its bytes (outside the budget) */
+	uint64_t	prefix_hits, prefix_misses;
+	size_t		memo_bytes;
 };
 
 /* The ranking cache's default memory budget (bytes), sgi_rcache_set_budget. */

@@ -67,17 +67,20 @@
  *
  * Class prefixes.  Every decision builds its hash prefix, and all but the
  * cache-affinity key is the request's class (seed, routing key, model):
- * sgi_rcache_prefix() keeps the last PM_N class parts with their input
- * bytes, looked for first by the pointers they were last met with (then
- * checked byte for byte), and the key's tag header after them, so that a
- * decision copies them and writes the key's length and bytes instead of
- * tagging four strings (the bytes are sgi_pulsar_prefix()'s, and the
- * header's form is checked against sgi_hb_tag when an entry is made;
- * test_rcache checks the bytes).  sgi_rcache_ring_prefix() is the class
- * part alone, wait-and-widen's ring prefix.
+ * sgi_rcache_prefix() keeps up to PM_N class parts (a hashed memo of
+ * fixed size, about 270 KiB, apart from the budget), each followed by the
+ * key's tag header, looked for first by the pointers they were last met
+ * with and then by a hash of the class, and always checked byte for byte;
+ * so a decision copies them and writes the key's length and bytes instead
+ * of tagging four strings (the bytes are sgi_pulsar_prefix()'s: the
+ * header's form is checked against sgi_hb_tag once, when the memo is
+ * made; test_rcache checks the bytes).  sgi_rcache_ring_prefix() is the
+ * class part alone, wait-and-widen's ring prefix.  A miss builds the
+ * class with sgi_ring_prefix() and copies it in: no allocation.
  *
  * Nothing here runs per decision except the prefix, lookup (and store
- * after a miss); no allocation except when the cache grows.
+ * after a miss); no allocation except when the cache grows (and the
+ * memo's one block, at the first prefix).
  */
 #include <endian.h>
 #include <stdlib.h>
@@ -153,34 +156,63 @@ struct geom {
 
 /*
  * The class part of a pulsar prefix (sgi_rcache_prefix): what
- * sgi_ring_prefix() built for one seed, routing key and model, kept with
- * those inputs (seed, then routing key, then model, in in[]), so that the
- * next decision of the same class copies the bytes instead of tagging the
- * three strings again.  Keyed by the input bytes, not by pointers: a
- * caller may reuse its buffers.
+ * sgi_ring_prefix() built for one seed, routing key and model, followed by
+ * the cache-affinity key's tag header (the template a decision completes
+ * with its key's length and bytes).  The class's strings are read back
+ * from those bytes (at seed_off, rk_off, model_off, found and checked when
+ * the entry is made), so an entry is keyed by its bytes, not by pointers:
+ * a caller may reuse its buffers.
+ *
+ * The memo is PM_SETS sets of PM_WAYS entries, a set chosen by a hash of
+ * the class's three strings (their tags in one line per set), replaced
+ * first in first out; a direct-mapped table of PM_HINTS entry numbers,
+ * indexed by the three pointers a class was last met with, finds it first
+ * without reading the strings (the bytes are still compared).  One block
+ * of sizeof(struct pmtab), about 270 KiB, allocated at the first prefix
+ * and kept until sgi_rcache_free (apart from the ranking budget: it never
+ * grows).  Classes longer than an entry holds are built every time.
  */
-#define PM_N		8	/* classes remembered */
-#define PM_IN		192	/* their seed, routing key and model bytes */
-#define PM_OUT		256	/* their prefix bytes, and the key's tag header */
+#define PM_WAYS		8
+#define PM_SETS		128	/* sets: PM_N classes remembered */
+#define PM_N		(PM_WAYS * PM_SETS)
+#define PM_HINTS	2048	/* pointer hints, a power of two */
+#define PM_ENTRY	256	/* bytes per entry */
+#define PM_HDR		40	/* its fields before b[] */
+/* an entry's class bytes and key header */
+#define PM_OUT		(PM_ENTRY - PM_HDR)
 #define KEY_TAG		"cache_affinity_key"
+#define KEY_HDR_MAX	64
 
 struct pmemo {
-	size_t		 len;		/* class bytes in b; 0: empty */
-	size_t		 tlen;		/* ... then the key's tag for a key of
-					 * length 0 (its last 8 bytes), 0: none */
-	size_t		 seed_len, rk_len, model_len;
 	/* the pointers it was last met with: a hint where to look first */
 	const sg_algdef	*dp;
 	const char	*rkp, *mp;
-	unsigned char	 in[PM_IN];
+	uint16_t	 len;		/* class bytes in b; 0: empty */
+	/* ... then the key's tag header for a key of length 0 (its
+	 * last 8 bytes): their end, 0: none */
+	uint16_t	 tlen;
+	uint16_t	 seed_len, rk_len, model_len;
+	uint16_t	 seed_off, rk_off, model_off; /* their bytes in b */
 	unsigned char	 b[PM_OUT];
+};
+
+_Static_assert(sizeof(struct pmemo) == PM_ENTRY, "a memo entry's size");
+_Static_assert(PM_N < UINT16_MAX, "entry numbers fit uint16_t");
+
+struct pmtab {
+	uint64_t	 tag[PM_N];	/* per entry: its class's hash */
+	struct pmemo	 e[PM_N];
+	uint16_t	 hint[PM_HINTS];	/* entry + 1; 0: none */
+	struct pmemo	*last;		/* the entry found or made last */
+	unsigned char	 next[PM_SETS];	/* way replaced next */
+	size_t		 khdr_len;	/* key's tag header; 0: none */
+	unsigned char	 khdr[KEY_HDR_MAX];
 };
 
 struct sgi_rcache {
 	struct geom	 g;		/* the table (replaced whole) */
-	struct pmemo	 pm[PM_N];
-	size_t		 pm_next;	/* the entry replaced next */
-	size_t		 pm_last;	/* the entry hit last (looked at first) */
+	struct pmtab	*pm;		/* class memo; NULL: not yet */
+	bool		 pm_off;	/* its allocation failed: none */
 	size_t		 budget;	/* bytes */
 	size_t		 pressure;	/* live entries evicted since growth */
 	bool		 grow;		/* double at the next lookup */
@@ -305,6 +337,7 @@ sgi_rcache_free(sgi_rcache *rc)
 	if (rc == NULL)
 		return;
 	release(rc);
+	free(rc->pm);
 	free(rc);
 }
 
@@ -705,47 +738,87 @@ str_is(const char *p, const unsigned char *s, size_t n)
 	return strncmp(p, (const char *)s, n) == 0 && p[n] == '\0';
 }
 
+/* Whether entry m is the class of (d, r), by its bytes. */
 static bool
 pm_match(const struct pmemo *m, const sg_algdef *d, const sg_request *r)
 {
-	const unsigned char *in = m->in;
-
 	if (m->len == 0 || m->seed_len != d->seed_len || (d->seed_len > 0 &&
-	    memcmp(in, d->seed, d->seed_len) != 0))
+	    memcmp(m->b + m->seed_off, d->seed, d->seed_len) != 0))
 		return false;
-	in += m->seed_len;
-	if (!str_is(r->routing_key, in, m->rk_len))
-		return false;
-	return str_is(r->model, in + m->rk_len, m->model_len);
+	return str_is(r->routing_key, m->b + m->rk_off, m->rk_len) &&
+	    str_is(r->model, m->b + m->model_off, m->model_len);
+}
+
+/* What a lookup learnt, for the entry a miss makes. */
+struct pmkey {
+	size_t		 hint;		/* the hint slot */
+	size_t		 rk_len, model_len;
+	uint64_t	 hash;		/* the class's */
+};
+
+/* The hint slot of the pointers (d, routing key, model). */
+static size_t
+pm_hint(const sg_algdef *d, const sg_request *r)
+{
+	uint64_t v;
+
+	v = (uint64_t)(uintptr_t)d * UINT64_C(0x9E3779B97F4A7C15) ^
+	    (uint64_t)(uintptr_t)r->routing_key *
+	    UINT64_C(0xC2B2AE3D27D4EB4F) ^
+	    (uint64_t)(uintptr_t)r->model * UINT64_C(0x165667B19E3779F9);
+	return (size_t)(v >> 40) & (PM_HINTS - 1);
+}
+
+/* The class's hash: its seed, routing key and model bytes. */
+static uint64_t
+pm_hash(const sg_algdef *d, const sg_request *r, const struct pmkey *k)
+{
+	uint64_t h;
+
+	h = XXH3_64bits(d->seed, d->seed_len);
+	h = XXH3_64bits_withSeed(r->routing_key != NULL ? r->routing_key : "",
+	    k->rk_len, h);
+	return XXH3_64bits_withSeed(r->model != NULL ? r->model : "",
+	    k->model_len, h);
 }
 
 /*
- * The entry of this class, or NULL: first the one met with these pointers
- * (its bytes checked), else any whose bytes match.
+ * The entry of this class, or NULL (then *k holds its lengths and hash):
+ * first the one met last, then the one its pointers' hint names (by
+ * pointers, its bytes checked), else any in its set whose hash and bytes
+ * match.
  */
 static struct pmemo *
-pm_find(sgi_rcache *rc, const sg_algdef *d, const sg_request *r)
+pm_find(struct pmtab *t, const sg_algdef *d, const sg_request *r,
+    struct pmkey *k)
 {
 	struct pmemo *m;
-	size_t i, k;
+	size_t e, i, set;
 
-	for (i = 0; i < PM_N; i++) {
-		m = &rc->pm[i];
+	/* one tenant's stream: the entry met last, by its pointers */
+	if ((m = t->last) != NULL && m->dp == d &&
+	    m->rkp == r->routing_key && m->mp == r->model &&
+	    pm_match(m, d, r))
+		return m;
+	k->hint = pm_hint(d, r);
+	if ((e = t->hint[k->hint]) != 0) {
+		m = &t->e[e - 1];
 		if (m->dp == d && m->rkp == r->routing_key &&
-		    m->mp == r->model) {
-			if (pm_match(m, d, r))
-				return m;
-			break;
-		}
+		    m->mp == r->model && pm_match(m, d, r))
+			return m;
 	}
-	for (i = 0; i < PM_N; i++) {
-		k = (rc->pm_last + i) % PM_N;
-		m = &rc->pm[k];
-		if (pm_match(m, d, r)) {
-			rc->pm_last = k;
+	k->rk_len = r->routing_key != NULL ? strlen(r->routing_key) : 0;
+	k->model_len = r->model != NULL ? strlen(r->model) : 0;
+	k->hash = pm_hash(d, r, k);
+	set = (size_t)k->hash & (PM_SETS - 1);
+	for (i = 0; i < PM_WAYS; i++) {
+		e = set * PM_WAYS + i;
+		m = &t->e[e];
+		if (t->tag[e] == k->hash && pm_match(m, d, r)) {
 			m->dp = d;
 			m->rkp = r->routing_key;
 			m->mp = r->model;
+			t->hint[k->hint] = (uint16_t)(e + 1);
 			return m;
 		}
 	}
@@ -760,69 +833,124 @@ put_le64(unsigned char *p, uint64_t v)
 }
 
 /*
- * The key's tag header after class bytes h, for a key of length 0, into
- * m->b, when a key's tag is that header with its last 8 bytes the key's
- * length (little-endian) and then the key (checked here with a key of one
- * byte against sgi_hb_tag): m->tlen, else m->tlen 0.
+ * The key's tag header for a key of length 0, into t->khdr, when a key's
+ * tag is that header with its last 8 bytes the key's length
+ * (little-endian) and then the key (checked here with a key of one byte
+ * against sgi_hb_tag): t->khdr_len, else 0.  A tag appended to a buffer
+ * with room is these bytes after the buffer's (sgi_hb_tag), so one check
+ * serves every class; sgi_rcache_prefix keeps to buffers with room.
  */
 static void
-pm_template(struct pmemo *m, const sgi_hashbuf *h)
+pm_key_header(struct pmtab *t)
 {
-	sgi_hashbuf *t0, *t1;
+	sgi_hashbuf hb;
 	unsigned char one[8];
+	size_t n;
 
-	m->tlen = 0;
-	if ((t0 = malloc(2 * sizeof(*t0))) == NULL)
+	t->khdr_len = 0;
+	sgi_hb_reset(&hb);
+	sgi_hb_tag(&hb, KEY_TAG, "", 0);
+	if (hb.len < 8 || hb.len > KEY_HDR_MAX)
 		return;
-	t1 = t0 + 1;
-	*t0 = *h;
-	*t1 = *h;
-	sgi_hb_tag(t0, KEY_TAG, "", 0);
-	sgi_hb_tag(t1, KEY_TAG, "x", 1);
+	n = hb.len;
+	memcpy(t->khdr, hb.b, n);
+	sgi_hb_reset(&hb);
+	sgi_hb_tag(&hb, KEY_TAG, "x", 1);
 	put_le64(one, 1);
-	if (t0->len >= h->len + 8 && t0->len <= PM_OUT &&
-	    t1->len == t0->len + 1 &&
-	    memcmp(t0->b, t1->b, t0->len - 8) == 0 &&
-	    memcmp(t1->b + t0->len - 8, one, 8) == 0 &&
-	    t1->b[t0->len] == 'x') {
-		memcpy(m->b, t0->b, t0->len);
-		m->tlen = t0->len;
-	}
-	free(t0);
+	if (hb.len == n + 1 && memcmp(hb.b, t->khdr, n - 8) == 0 &&
+	    memcmp(hb.b + n - 8, one, 8) == 0 && hb.b[n] == 'x')
+		t->khdr_len = n;
 }
 
-/* Remember the class part just built in h, when it fits; the entry. */
-static struct pmemo *
-pm_put(sgi_rcache *rc, const sgi_hashbuf *h, const sg_algdef *d,
-    const sg_request *r)
+/* The memo, made at its first use; NULL when it could not be. */
+static struct pmtab *
+pm_table(sgi_rcache *rc)
 {
-	size_t rk = r->routing_key != NULL ? strlen(r->routing_key) : 0;
-	size_t mo = r->model != NULL ? strlen(r->model) : 0;
+	if (rc->pm == NULL && !rc->pm_off) {
+		if ((rc->pm = calloc(1, sizeof(*rc->pm))) == NULL)
+			rc->pm_off = true;
+		else
+			pm_key_header(rc->pm);
+	}
+	return rc->pm;
+}
+
+/* The bytes of tag(name, ...)'s header, a literal name (stargate(7)). */
+#define TAG_BYTES(name)	(sizeof(name) - 1 + 1 + 8)
+
+/*
+ * Remember the class part just built in h (sgi_ring_prefix: 0x01, then
+ * the tags of the seed, routing key and model), when it fits and its
+ * strings are where that layout puts them; the entry, or NULL.
+ */
+static struct pmemo *
+pm_put(struct pmtab *t, const sgi_hashbuf *h, const sg_algdef *d,
+    const sg_request *r, const struct pmkey *k)
+{
+	size_t so, ro, mo, set, e;
 	struct pmemo *m;
 
-	if (h->len > PM_OUT || d->seed_len > PM_IN || rk > PM_IN ||
-	    mo > PM_IN || d->seed_len + rk + mo > PM_IN)
+	if (h->len > PM_OUT || k->rk_len > PM_OUT || k->model_len > PM_OUT)
 		return NULL;	/* (a streaming buffer's len is SIZE_MAX) */
-	m = &rc->pm[rc->pm_next];
-	rc->pm_last = rc->pm_next;
-	rc->pm_next = (rc->pm_next + 1) % PM_N;
-	m->seed_len = d->seed_len;
-	m->rk_len = rk;
-	m->model_len = mo;
-	if (d->seed_len > 0)
-		memcpy(m->in, d->seed, d->seed_len);
-	if (rk > 0)
-		memcpy(m->in + d->seed_len, r->routing_key, rk);
-	if (mo > 0)
-		memcpy(m->in + d->seed_len + rk, r->model, mo);
-	pm_template(m, h);
-	if (m->tlen == 0)
-		memcpy(m->b, h->b, h->len);
-	m->len = h->len;
+	so = 1 + TAG_BYTES("seed");
+	ro = so + d->seed_len + TAG_BYTES("routing_key");
+	mo = ro + k->rk_len + TAG_BYTES("model_id");
+	if (mo + k->model_len != h->len || (d->seed_len > 0 &&
+	    memcmp(h->b + so, d->seed, d->seed_len) != 0) ||
+	    (k->rk_len > 0 && memcmp(h->b + ro, r->routing_key,
+	    k->rk_len) != 0) || (k->model_len > 0 && memcmp(h->b + mo,
+	    r->model, k->model_len) != 0))
+		return NULL;
+	set = (size_t)k->hash & (PM_SETS - 1);
+	e = set * PM_WAYS + t->next[set];
+	t->next[set] = (unsigned char)((t->next[set] + 1) % PM_WAYS);
+	m = &t->e[e];
+	memcpy(m->b, h->b, h->len);
+	m->len = (uint16_t)h->len;
+	m->tlen = 0;
+	if (t->khdr_len > 0 && t->khdr_len <= PM_OUT - h->len) {
+		memcpy(m->b + h->len, t->khdr, t->khdr_len);
+		m->tlen = (uint16_t)(h->len + t->khdr_len);
+	}
+	m->seed_len = (uint16_t)d->seed_len;
+	m->rk_len = (uint16_t)k->rk_len;
+	m->model_len = (uint16_t)k->model_len;
+	m->seed_off = (uint16_t)so;
+	m->rk_off = (uint16_t)ro;
+	m->model_off = (uint16_t)mo;
 	m->dp = d;
 	m->rkp = r->routing_key;
 	m->mp = r->model;
+	t->tag[e] = k->hash;
+	t->hint[k->hint] = (uint16_t)(e + 1);
 	return m;
+}
+
+/*
+ * The memo's entry of the class of (d, r); else NULL, with the class part
+ * built into h (sgi_ring_prefix) and remembered when it fits.
+ */
+static const struct pmemo *
+pm_get(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
+    const sg_request *r)
+{
+	struct pmtab *t;
+	struct pmemo *m;
+	struct pmkey k;
+
+	if ((t = pm_table(rc)) == NULL) {
+		sgi_ring_prefix(h, d, r);
+		return NULL;
+	}
+	if ((m = pm_find(t, d, r, &k)) != NULL) {
+		rc->st.prefix_hits++;
+		t->last = m;
+		return m;
+	}
+	rc->st.prefix_misses++;
+	sgi_ring_prefix(h, d, r);
+	t->last = pm_put(t, h, d, r, &k);
+	return NULL;
 }
 
 void
@@ -831,15 +959,15 @@ sgi_rcache_ring_prefix(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
 {
 	const struct pmemo *m;
 
-	if (rc == NULL || (m = pm_find(rc, d, r)) == NULL) {
+	if (rc == NULL) {
 		sgi_ring_prefix(h, d, r);
-		if (rc != NULL)
-			(void)pm_put(rc, h, d, r);
 		return;
 	}
-	sgi_hb_reset(h);
-	memcpy(h->b, m->b, m->len);
-	h->len = m->len;
+	if ((m = pm_get(rc, h, d, r)) != NULL) {
+		sgi_hb_reset(h);
+		memcpy(h->b, m->b, m->len);
+		h->len = m->len;
+	}
 }
 
 void
@@ -855,23 +983,19 @@ sgi_rcache_prefix(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
 		sgi_pulsar_prefix(h, d, r);
 		return;
 	}
-	if ((m = pm_find(rc, d, r)) != NULL && m->tlen > 0 &&
-	    klen <= sizeof(h->b) - m->tlen) {
-		/* the class and the key's tag header, then the key */
-		sgi_hb_reset(h);
-		memcpy(h->b, m->b, m->tlen);
-		put_le64(h->b + m->tlen - 8, klen);
-		memcpy(h->b + m->tlen, key, klen);
-		h->len = m->tlen + klen;
-		return;
-	}
-	if (m != NULL) {
+	if ((m = pm_get(rc, h, d, r)) != NULL) {
+		if (m->tlen > 0 && klen <= sizeof(h->b) - m->tlen) {
+			/* the class and the key's tag header, then the key */
+			sgi_hb_reset(h);
+			memcpy(h->b, m->b, m->tlen);
+			put_le64(h->b + m->tlen - 8, klen);
+			memcpy(h->b + m->tlen, key, klen);
+			h->len = m->tlen + klen;
+			return;
+		}
 		sgi_hb_reset(h);
 		memcpy(h->b, m->b, m->len);
 		h->len = m->len;
-	} else {
-		sgi_ring_prefix(h, d, r);
-		(void)pm_put(rc, h, d, r);
 	}
 	/* the rest of sgi_pulsar_prefix() */
 	sgi_hb_tag(h, KEY_TAG, key, klen);
@@ -894,6 +1018,7 @@ sgi_rcache_stats(const sgi_rcache *rc, struct sgi_rcache_stats *st)
 	*st = rc->st;
 	st->capacity = rc->g.nent;
 	st->budget = rc->budget;
+	st->memo_bytes = rc->pm != NULL ? sizeof(*rc->pm) : 0;
 	for (i = 0; i < rc->g.nent; i++)
 		if (rc->g.meta[i].gen != 0)
 			st->entries++;

@@ -503,7 +503,7 @@ test_first_sights_never_evict_a_hit_entry(void **state)
 
 /*
  * The prefix memo: sgi_rcache_prefix() gives sgi_pulsar_prefix()'s bytes
- * for every class, through more classes than the memo holds, seeds,
+ * for every class, through classes that revisit one another, seeds,
  * routing keys and models that are prefixes of one another, absent and
  * empty strings (the same bytes), a model too long to remember, and a
  * caller's buffer rewritten between calls (the memo is keyed by bytes,
@@ -578,6 +578,85 @@ test_prefix_memo_gives_the_pulsar_prefix_of_every_class(void **state)
 	sgi_rcache_free(rc);
 }
 
+/*
+ * Many tenants: 300 classes (100 routing keys, 3 models) alternating, one
+ * class per call, as a fleet's tenants do.  Every prefix is
+ * sgi_pulsar_prefix()'s bytes and every class part sgi_ring_prefix()'s;
+ * after the first pass each class is found (300 misses in all, however
+ * many passes), through pointers met before, through other buffers with
+ * the same bytes, and through a buffer rewritten to another class.  Then
+ * 3000 classes, more than the memo holds: the same bytes, and its memory
+ * stays what it was (a fixed block).
+ */
+static void
+test_prefix_memo_holds_300_alternating_classes(void **state)
+{
+	static const char *models[] = { "model-a", "model-b", "model-c" };
+	char (*rk)[24], (*rk2)[24], shared[24];
+	sgi_rcache *rc = sgi_rcache_new();
+	struct sgi_rcache_stats st;
+	sgi_hashbuf want, got;
+	sg_algdef def;
+	sg_request req;
+	size_t i, j, pass, memo;
+
+	(void)state;
+	assert_non_null(rc);
+	assert_non_null(rk = calloc(3000, sizeof(*rk)));
+	assert_non_null(rk2 = calloc(3000, sizeof(*rk2)));
+	for (i = 0; i < 3000; i++) {
+		snprintf(rk[i], sizeof(rk[i]), "tenant-%04zu", i);
+		memcpy(rk2[i], rk[i], sizeof(rk[i]));
+	}
+	memset(&def, 0, sizeof(def));
+	def.algorithm = SG_ALG_PULSAR;
+	def.seed_len = 4;
+	memcpy(def.seed, "seed", 5);
+	sg_request_init(&req);
+	req.request_id = "r";
+	req.cache_affinity_key = "session-1";
+	for (pass = 0; pass < 4; pass++) {
+		for (j = 0; j < 300; j++) {
+			i = j % 100;
+			req.model = models[(j / 100 + pass) % 3];
+			/* pass 2: other buffers, same bytes; pass 3: one
+			 * buffer rewritten for every class */
+			if (pass == 3) {
+				memcpy(shared, rk[i], sizeof(shared));
+				req.routing_key = shared;
+			} else
+				req.routing_key = pass == 2 ? rk2[i] : rk[i];
+			sgi_pulsar_prefix(&want, &def, &req);
+			sgi_rcache_prefix(rc, &got, &def, &req);
+			assert_int_equal(got.len, want.len);
+			assert_memory_equal(got.b, want.b, want.len);
+			sgi_ring_prefix(&want, &def, &req);
+			sgi_rcache_ring_prefix(rc, &got, &def, &req);
+			assert_int_equal(got.len, want.len);
+			assert_memory_equal(got.b, want.b, want.len);
+		}
+		sgi_rcache_stats(rc, &st);
+		assert_int_equal(st.prefix_misses, 300);
+		assert_int_equal(st.prefix_hits, 600 * (pass + 1) - 300);
+	}
+	memo = st.memo_bytes;
+	assert_true(memo > 0 && memo <= (size_t)300 << 10);
+	for (pass = 0; pass < 2; pass++)
+		for (j = 0; j < 9000; j++) {
+			req.routing_key = rk[j % 3000];
+			req.model = models[j / 3000];
+			sgi_pulsar_prefix(&want, &def, &req);
+			sgi_rcache_prefix(rc, &got, &def, &req);
+			assert_int_equal(got.len, want.len);
+			assert_memory_equal(got.b, want.b, want.len);
+		}
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.memo_bytes, memo);
+	free(rk);
+	free(rk2);
+	sgi_rcache_free(rc);
+}
+
 int
 main(void)
 {
@@ -599,6 +678,8 @@ main(void)
 		cmocka_unit_test(test_first_sights_never_evict_a_hit_entry),
 		cmocka_unit_test(
 		    test_prefix_memo_gives_the_pulsar_prefix_of_every_class),
+		cmocka_unit_test(
+		    test_prefix_memo_holds_300_alternating_classes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
