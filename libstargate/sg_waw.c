@@ -1391,9 +1391,16 @@ rings_get(sgi_scratch *s)
 
 /*
  * The hint index's hashes.  A slot is the hash's top bits and the tag its
- * top 22 bits (an entry keeps them above the id's length, HINT_KEY),
- * so only high product bits, which depend on every input bit, are read:
- * the final mix a low-bit slot would need is not.
+ * top 22 bits (an entry keeps them above the id's length, HINT_KEY).  A
+ * product's high bits depend on every input bit but mix the input's high
+ * bits little (a change at bit 56 moves only the product's top 8 bits by
+ * one of a few values), and ids that differ only in their last characters
+ * differ only in the high bytes of their last word: with the ends each
+ * multiplied on their own, 84 of 256 ids "region-NN-cluster-NNN" left
+ * their home slot.  The ends hash therefore folds one 128-bit product
+ * (its high and low halves XORed), whose high half mixes every input bit
+ * into every output bit: one multiplication, and the displaced ids are
+ * those of a random hash (about 15% of them in a table a quarter full).
  */
 #define HINT_K1		0x9e3779b97f4a7c15ULL
 #define HINT_K2		0xc2b2ae3d27d4eb4fULL
@@ -1454,7 +1461,10 @@ hint_ends(const char *p, size_t len, uint64_t *a, uint64_t *b)
 static inline uint64_t
 hint_hash_ends(uint64_t a, uint64_t b, size_t len)
 {
-	return a * HINT_K1 ^ (b + len) * HINT_K2;
+	__extension__ typedef unsigned __int128 u128;
+	u128 m = (u128)(a ^ HINT_K1) * ((b + len) ^ HINT_K2);
+
+	return (uint64_t)(m >> 64) ^ (uint64_t)m;
 }
 
 static inline uint64_t
@@ -1654,7 +1664,7 @@ hint_probe(const struct hintix *T, const char *p, size_t len)
 static inline __attribute__((always_inline)) long
 hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 {
-	uint64_t a, b, h, e0, e1, e, x, y, key, hit;
+	uint64_t a, b, h, e0, e1, e, x, y, key, miss;
 	size_t mid = len > 16 ? 8 : len - 8, i;
 	const char *t;
 
@@ -1667,9 +1677,13 @@ hint_probe_fast(const struct hintix *T, const char *p, size_t len)
 	e1 = T->e[(i + 1) & T->mask];
 	if (e0 == 0)
 		return -1;	/* an empty chain */
-	/* a used entry is never 0 and 0 never has a length: no match */
-	hit = (e0 ^ key) >> HINT_KEY == 0;
-	e = hit ? e0 : e1;
+	/*
+	 * e0 unless its tag or length differs, by a mask (a conditional
+	 * here is compiled as a branch, the test below being implied);
+	 * a used entry is never 0 and 0 never has a length: no match
+	 */
+	miss = 0 - (uint64_t)((e0 ^ key) >> HINT_KEY != 0);
+	e = e0 ^ ((e0 ^ e1) & miss);
 	if (__builtin_expect((e ^ key) >> HINT_KEY != 0, 0))
 		return hint_probe(T, p, len);
 	t = T->text + (e & HINT_OFF);
@@ -1839,24 +1853,27 @@ plan_promote(struct waw *w, struct plan *p, size_t *order, size_t len,
 	size_t pos, l = (size_t)p->last;
 	bool moved = false;
 
-	if (p->last >= 0 && len > 0 && order[0] != l) {
-		if (len == 2 && insert) {
-			/* K = 2: at 1 or absent, the same rotation */
-			order[1] = order[0];
+	if (p->last >= 0 && len == 2 && insert) {
+		/*
+		 * K = 2: at 1 or absent, the same rotation; at 0, none.  By
+		 * selection, not a branch: whether the ring put the hint
+		 * first depends on the key.
+		 */
+		size_t o0 = order[0], o1 = order[1];
+
+		moved = o0 != l;
+		order[1] = o1 ^ ((o1 ^ o0) & (0 - (size_t)moved));
+		order[0] = l;
+	} else if (p->last >= 0 && len > 0 && order[0] != l) {
+		for (pos = 1; pos < len && order[pos] != l; pos++)
+			;
+		if (pos == len)		/* absent */
+			pos = insert ? len - 1 : 0;	/* truncate */
+		if (pos > 0)
+			memmove(&order[1], &order[0], pos * sizeof(*order));
+		if (pos > 0 || insert) {
 			order[0] = l;
 			moved = true;
-		} else {
-			for (pos = 1; pos < len && order[pos] != l; pos++)
-				;
-			if (pos == len)		/* absent */
-				pos = insert ? len - 1 : 0;	/* truncate */
-			if (pos > 0)
-				memmove(&order[1], &order[0],
-				    pos * sizeof(*order));
-			if (pos > 0 || insert) {
-				order[0] = l;
-				moved = true;
-			}
 		}
 	}
 	p->promoted = moved;
@@ -1869,22 +1886,24 @@ static inline __attribute__((always_inline)) void
 plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 {
 	unsigned gs = w->d->selection_count > 0 ? w->d->selection_count : 1;
+	bool ret;
 
 	out->classified = p->applies;
 	if (!p->applies)
 		return;
 	out->session_state = p->state;
 	out->promoted = p->promoted;
-	if (out->kind != SG_DECIDE_SELECT)
-		out->primary = false;
-	else if (p->state == SG_SESSION_RETURNING)
-		/*
-		 * ids are unique: the hint names exactly candidate last, and
-		 * no candidate when last < 0 (an index is never SIZE_MAX)
-		 */
-		out->primary = out->index == (size_t)p->last;
-	else
-		out->primary = out->rank_depth <= gs;
+	/*
+	 * Selected, and for a returning session the hint's cluster, else
+	 * within the first group: ids are unique, so the hint names exactly
+	 * candidate last, and no candidate when last < 0 (an index is never
+	 * SIZE_MAX).  Computed whole and combined without branches: the kind
+	 * (select or wait) depends on the request.
+	 */
+	ret = p->state == SG_SESSION_RETURNING;
+	out->primary = (out->kind == SG_DECIDE_SELECT) &
+	    ((ret & (out->index == (size_t)p->last)) |
+	    (!ret & (out->rank_depth <= gs)));
 }
 
 /* --- outcomes ------------------------------------------------------------- */
