@@ -306,8 +306,10 @@ struct sgi_rcache_stats {
 	uint64_t	grows;		/* doublings under eviction pressure */
 	size_t		entries, capacity, bytes, budget;
 	/* the class memo (sgi_rcache_prefix): lookups that found the
-	 * class, lookups that built it, its bytes (outside the budget) */
-	uint64_t	prefix_hits, prefix_misses;
+	 * class, lookups that built it, lookups that hashed the class's
+	 * strings (neither the class met last nor the pointers' hint had
+	 * it), its bytes (outside the budget) */
+	uint64_t	prefix_hits, prefix_misses, prefix_hashed;
 	size_t		memo_bytes;
 };
 

@@ -69,8 +69,11 @@
  * cache-affinity key is the request's class (seed, routing key, model):
  * sgi_rcache_prefix() keeps up to PM_N class parts (a hashed memo of
  * fixed size, about 270 KiB, apart from the budget), each followed by the
- * key's tag header, looked for first by the pointers they were last met
- * with and then by a hash of the class, and always checked byte for byte;
+ * key's tag header, looked for first as the class met last (by its
+ * pointers, then by a hint table of pointers, then by its bytes alone: a
+ * tenant's requests parsed into their own buffers find it without
+ * hashing) and then by a hash of the class, and always checked byte for
+ * byte;
  * so a decision copies them and writes the key's length and bytes instead
  * of tagging four strings (the bytes are sgi_pulsar_prefix()'s: the
  * header's form is checked against sgi_hb_tag once, when the memo is
@@ -165,9 +168,10 @@ struct geom {
  *
  * The memo is PM_SETS sets of PM_WAYS entries, a set chosen by a hash of
  * the class's three strings (their tags in one line per set), replaced
- * first in first out; a direct-mapped table of PM_HINTS entry numbers,
- * indexed by the three pointers a class was last met with, finds it first
- * without reading the strings (the bytes are still compared).  One block
+ * first in first out; the cache keeps the entry met last (pm_last), and a
+ * direct-mapped table of PM_HINTS entry numbers, indexed by the three
+ * pointers a class was last met with, finds an entry without hashing the
+ * strings (the bytes are still compared).  One block
  * of sizeof(struct pmtab), about 270 KiB, allocated at the first prefix
  * and kept until sgi_rcache_free (apart from the ranking budget: it never
  * grows).  Classes longer than an entry holds are built every time.
@@ -203,7 +207,6 @@ struct pmtab {
 	uint64_t	 tag[PM_N];	/* per entry: its class's hash */
 	struct pmemo	 e[PM_N];
 	uint16_t	 hint[PM_HINTS];	/* entry + 1; 0: none */
-	struct pmemo	*last;		/* the entry found or made last */
 	unsigned char	 next[PM_SETS];	/* way replaced next */
 	size_t		 khdr_len;	/* key's tag header; 0: none */
 	unsigned char	 khdr[KEY_HDR_MAX];
@@ -212,6 +215,7 @@ struct pmtab {
 struct sgi_rcache {
 	struct geom	 g;		/* the table (replaced whole) */
 	struct pmtab	*pm;		/* class memo; NULL: not yet */
+	struct pmemo	*pm_last;	/* its entry found or made last */
 	bool		 pm_off;	/* its allocation failed: none */
 	size_t		 budget;	/* bytes */
 	size_t		 pressure;	/* live entries evicted since growth */
@@ -782,34 +786,40 @@ pm_hash(const sg_algdef *d, const sg_request *r, const struct pmkey *k)
 	    k->model_len, h);
 }
 
+/* Whether entry m was last met with these pointers (a hint, no more). */
+static bool
+pm_same_ptrs(const struct pmemo *m, const sg_algdef *d, const sg_request *r)
+{
+	return m->dp == d && m->rkp == r->routing_key && m->mp == r->model;
+}
+
 /*
- * The entry of this class, or NULL (then *k holds its lengths and hash):
- * first the one met last, then the one its pointers' hint names (by
- * pointers, its bytes checked), else any in its set whose hash and bytes
- * match.
+ * The entry of this class, or NULL (then *k holds its lengths and hash),
+ * every candidate checked by its bytes: the one met last if it was met with
+ * these pointers (a caller that keeps its strings), the one the pointers'
+ * hint names if it was (many tenants), the one met last (a stream of
+ * requests parsed into their own buffers), else any in the class's set
+ * whose hash matches.
  */
 static struct pmemo *
-pm_find(struct pmtab *t, const sg_algdef *d, const sg_request *r,
-    struct pmkey *k)
+pm_find(struct pmtab *t, struct pmemo *last, const sg_algdef *d,
+    const sg_request *r, struct pmkey *k, uint64_t *hashed)
 {
 	struct pmemo *m;
 	size_t e, i, set;
 
-	/* one tenant's stream: the entry met last, by its pointers */
-	if ((m = t->last) != NULL && m->dp == d &&
-	    m->rkp == r->routing_key && m->mp == r->model &&
-	    pm_match(m, d, r))
-		return m;
+	if (last != NULL && pm_same_ptrs(last, d, r) && pm_match(last, d, r))
+		return last;
 	k->hint = pm_hint(d, r);
-	if ((e = t->hint[k->hint]) != 0) {
-		m = &t->e[e - 1];
-		if (m->dp == d && m->rkp == r->routing_key &&
-		    m->mp == r->model && pm_match(m, d, r))
-			return m;
-	}
+	if ((e = t->hint[k->hint]) != 0 && pm_same_ptrs(m = &t->e[e - 1],
+	    d, r) && pm_match(m, d, r))
+		return m;
+	if (last != NULL && pm_match(last, d, r))
+		return last;
 	k->rk_len = r->routing_key != NULL ? strlen(r->routing_key) : 0;
 	k->model_len = r->model != NULL ? strlen(r->model) : 0;
 	k->hash = pm_hash(d, r, k);
+	(*hashed)++;
 	set = (size_t)k->hash & (PM_SETS - 1);
 	for (i = 0; i < PM_WAYS; i++) {
 		e = set * PM_WAYS + i;
@@ -942,14 +952,15 @@ pm_get(sgi_rcache *rc, sgi_hashbuf *h, const sg_algdef *d,
 		sgi_ring_prefix(h, d, r);
 		return NULL;
 	}
-	if ((m = pm_find(t, d, r, &k)) != NULL) {
+	if ((m = pm_find(t, rc->pm_last, d, r, &k,
+	    &rc->st.prefix_hashed)) != NULL) {
 		rc->st.prefix_hits++;
-		t->last = m;
+		rc->pm_last = m;
 		return m;
 	}
 	rc->st.prefix_misses++;
 	sgi_ring_prefix(h, d, r);
-	t->last = pm_put(t, h, d, r, &k);
+	rc->pm_last = pm_put(t, h, d, r, &k);
 	return NULL;
 }
 

@@ -657,6 +657,59 @@ test_prefix_memo_holds_300_alternating_classes(void **state)
 	sgi_rcache_free(rc);
 }
 
+/*
+ * One tenant whose requests are parsed into their own buffers (a proxy's
+ * stream): every call's routing key and model are new pointers with the
+ * class's bytes, found as the class met last by those bytes, so the
+ * class's strings are hashed once in 1000 calls (its first sight).  Then
+ * the buffers rewritten in place to two classes alternating: neither is
+ * taken for the other (the bytes), and each is found again.
+ */
+static void
+test_prefix_memo_finds_the_class_met_last_in_new_buffers(void **state)
+{
+	char rk[16][16], model[16][16];
+	sgi_rcache *rc = sgi_rcache_new();
+	struct sgi_rcache_stats st;
+	sgi_hashbuf want, got;
+	sg_algdef def;
+	sg_request req;
+	size_t i, b;
+
+	(void)state;
+	assert_non_null(rc);
+	memset(&def, 0, sizeof(def));
+	def.algorithm = SG_ALG_PULSAR;
+	def.seed_len = 2;
+	memcpy(def.seed, "s1", 3);
+	sg_request_init(&req);
+	req.request_id = "r";
+	req.cache_affinity_key = "session-7";
+	for (i = 0; i < 1200; i++) {
+		b = i % 16;
+		/* from call 1000 on: two classes alternating */
+		snprintf(rk[b], sizeof(rk[b]), "tenant-%c",
+		    i >= 1000 && i % 2 == 1 ? 'b' : 'a');
+		snprintf(model[b], sizeof(model[b]), "model-x");
+		req.routing_key = rk[b];
+		req.model = model[b];
+		sgi_pulsar_prefix(&want, &def, &req);
+		sgi_rcache_prefix(rc, &got, &def, &req);
+		assert_int_equal(got.len, want.len);
+		assert_memory_equal(got.b, want.b, want.len);
+		if (i == 999) {
+			sgi_rcache_stats(rc, &st);
+			assert_int_equal(st.prefix_misses, 1);
+			assert_int_equal(st.prefix_hits, 999);
+			assert_int_equal(st.prefix_hashed, 1);
+		}
+	}
+	sgi_rcache_stats(rc, &st);
+	assert_int_equal(st.prefix_misses, 2);
+	assert_int_equal(st.prefix_hits, 1198);
+	sgi_rcache_free(rc);
+}
+
 int
 main(void)
 {
@@ -680,6 +733,8 @@ main(void)
 		    test_prefix_memo_gives_the_pulsar_prefix_of_every_class),
 		cmocka_unit_test(
 		    test_prefix_memo_holds_300_alternating_classes),
+		cmocka_unit_test(
+		    test_prefix_memo_finds_the_class_met_last_in_new_buffers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
