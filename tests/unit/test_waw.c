@@ -1109,6 +1109,167 @@ test_no_key_or_no_k_means_no_group(void **state)
 	sg_lbconf_free(withk);
 }
 
+/* --- session promotion: the plain rule ----------------------------------- */
+
+/* An --explain order (key) as candidate indices; its length. */
+static size_t
+sp_order(const json_t *ex, const char *key, const sg_snapshot *s,
+    size_t *out, size_t cap)
+{
+	const json_t *a = json_object_get(ex, key);
+	size_t i, n = json_array_size(a);
+
+	assert_non_null(a);
+	assert_true(n <= cap);
+	for (i = 0; i < n; i++) {
+		const char *id = json_string_value(json_array_get(a, i));
+		long k = sg_snapshot_find(s, id, strlen(id));
+
+		assert_true(k >= 0);
+		out[i] = (size_t)k;
+	}
+	return n;
+}
+
+/*
+ * stargate-lb-config(5)'s rule for wait-and-widen, written plainly: the
+ * last cluster in the group at p is rotated to the front (positions 0..p
+ * move right by one); absent, it is put at the front and the last member
+ * drops out.  Whether the order changed.
+ */
+static bool
+sp_promote(const size_t *orig, size_t len, long last, size_t *eff)
+{
+	size_t p, i;
+
+	memcpy(eff, orig, len * sizeof(*eff));
+	if (last < 0 || len == 0)
+		return false;
+	for (p = 0; p < len && orig[p] != (size_t)last; p++)
+		;
+	if (p == 0)
+		return false;
+	if (p == len)
+		p = len - 1;
+	for (i = p; i > 0; i--)
+		eff[i] = orig[i - 1];
+	eff[0] = (size_t)last;
+	return true;
+}
+
+#define SP_MAXC		300
+
+/*
+ * Property: with last_cluster_affinity on, the effective order
+ * sg_router_explain() reports is the original order promoted by the plain
+ * rule above (the router's promotion and its primary flag are computed by
+ * selection, without branches), the session's promoted flag is whether it
+ * changed, and the decision's promoted and primary fields are the rule's:
+ * primary when selected and, for a returning session, the last cluster was
+ * chosen, otherwise the selection is within the first group.  Over random
+ * snapshots (up to 300 candidates, some full), K (2 most often: its own
+ * path), V, keys, hints at the group's first or second member, elsewhere
+ * among the candidates, of no candidate, or none, with and without their
+ * length, and times before and after the wait.
+ */
+static void
+test_session_promotion_follows_the_plain_rule_on_random_inputs(
+    void **state)
+{
+	uint64_t g = 0x5e5510ULL;
+	size_t trial, j, i, n, K, V, len, glen, orig[SP_MAXC], eff[SP_MAXC];
+	size_t want[SP_MAXC], nprom = 0, nret = 0, nprim = 0;
+	char cfg[512], key[32], stale[32];
+	long last;
+
+	(void)state;
+	for (trial = 0; trial < 120; trial++) {
+		sg_snapshot *s;
+		sg_router *rt;
+		sg_lbconf *conf;
+
+		n = trial % 6 == 0 ? 65 + (size_t)(rp_next(&g) % 236) :
+		    1 + (size_t)(rp_next(&g) % 12);
+		K = rp_next(&g) % 3 != 0 ? 2 : 1 + (size_t)(rp_next(&g) % 5);
+		V = 1 + (size_t)(rp_next(&g) % (n > 64 ? 20 : 100));
+		snprintf(cfg, sizeof(cfg), "{\"models\":{\"m\":{"
+		    "\"algorithm\":\"wait-and-widen\","
+		    "\"cache_affinity_backend_selection_count\":%zu,"
+		    "\"cache_affinity_virtual_nodes\":%zu,"
+		    "\"cache_affinity_wait_ms\":300,"
+		    "\"last_cluster_affinity\":true}}}", K, V);
+		conf = fx_conf(cfg);
+		rt = fx_router(conf, 7);
+		s = fx_snapshot(n);
+		for (i = 0; i < n; i++)
+			if (rp_next(&g) % 3 == 0)
+				fx_full(s, i);
+		for (j = 0; j < 40; j++) {
+			sg_request r;
+			json_t *ex = NULL, *ss;
+			sg_decision d;
+			double e = rp_next(&g) % 4 == 0 ? 400 : 0;
+			size_t pick = (size_t)(rp_next(&g) % 5), gs;
+			bool ret, prom;
+
+			snprintf(key, sizeof(key), "key-%zu",
+			    (size_t)(rp_next(&g) % 500));
+			fx_req(&r, "r", key, 10);
+			/* the group without a hint */
+			glen = rp_group(rt, s, &r, orig);
+			last = -1;
+			if (pick <= 1 && pick < glen)
+				last = (long)orig[pick];
+			else if (pick == 2)
+				last = (long)(rp_next(&g) % n);
+			if (last >= 0)
+				r.last_cluster_id = sg_snapshot_get(s,
+				    (size_t)last)->id;
+			else if (pick == 3) {
+				snprintf(stale, sizeof(stale), "gone-%zu", j);
+				r.last_cluster_id = stale;
+			}
+			if (r.last_cluster_id != NULL && rp_next(&g) % 2)
+				r.last_cluster_id_len =
+				    strlen(r.last_cluster_id);
+			assert_int_equal(sg_router_explain(rt, s, &r, e, &ex,
+			    NULL), 0);
+			len = sp_order(ex, "original_order", s, orig, SP_MAXC);
+			assert_int_equal(len, glen);
+			assert_int_equal(sp_order(ex, "effective_order", s, eff,
+			    SP_MAXC), len);
+			prom = sp_promote(orig, len, last, want);
+			for (i = 0; i < len; i++)
+				assert_int_equal(eff[i], want[i]);
+			ss = json_object_get(ex, "session");
+			assert_non_null(ss);
+			assert_int_equal(json_is_true(json_object_get(ss,
+			    "promoted")), prom);
+			json_decref(ex);
+			d = fx_decide(rt, s, &r, e);
+			ret = last >= 0;
+			assert_true(d.classified);
+			assert_int_equal(d.session_state, ret ?
+			    SG_SESSION_RETURNING : r.last_cluster_id != NULL ?
+			    SG_SESSION_STALE : SG_SESSION_NEW);
+			assert_int_equal(d.promoted, prom);
+			assert_int_equal(r.session_promoted, prom);
+			gs = K;
+			assert_int_equal(d.primary, d.kind == SG_DECIDE_SELECT &&
+			    (ret ? d.index == (size_t)last :
+			    d.rank_depth <= gs));
+			nret += ret;
+			nprom += prom;
+			nprim += d.primary;
+		}
+		sg_router_free(rt);
+		sg_lbconf_free(conf);
+		sg_snapshot_free(s);
+	}
+	/* the cases the property is about occurred */
+	assert_true(nret > 1000 && nprom > 500 && nprim > 500);
+}
+
 int
 main(void)
 {
@@ -1139,6 +1300,8 @@ main(void)
 		cmocka_unit_test(
 		    test_affinity_scale_applies_to_group_bucketing),
 		cmocka_unit_test(test_no_key_or_no_k_means_no_group),
+		cmocka_unit_test(
+		    test_session_promotion_follows_the_plain_rule_on_random_inputs),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
