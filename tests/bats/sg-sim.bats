@@ -423,6 +423,22 @@ large() {
 	done
 }
 
+@test "the traffic drawn once for every row replays each row's own draws: a row alone (drawn live) reports what it reports among the others, on every bundled scenario" {
+	local f r
+	for f in "$SCEN"/*.json; do
+		if large "$f" && [ -z "${SG_SIM_LARGE:-}" ]; then continue; fi
+		"$SIM" -j 2 --json "$f" >"$T/all"
+		for r in $(jq -r '.rows[].row' "$T/all"); do
+			"$SIM" --json --rows "$r" "$f" >"$T/one"
+			# (Ratios need the bound row, which a row alone lacks.)
+			[ "$(jq -c --arg r "$r" '.rows[] | select(.row == $r) |
+			    del(.kv_reuse_ratio, .goodput_ratio)' "$T/all")" = \
+			    "$(jq -c '.rows[0] |
+			    del(.kv_reuse_ratio, .goodput_ratio)' "$T/one")" ]
+		done
+	done
+}
+
 @test "-h prints usage on stdout and exits 0, like --help" {
 	run -0 --separate-stderr "$SIM" -h
 	[[ $output == usage:* ]]

@@ -60,6 +60,7 @@ usage(int status)
 
 typedef struct work {
 	const scenario	*sc;
+	const sim_traffic *tr;		/* drawn once for every row, or NULL */
 	sim_result	*res;
 	int		*rc;
 	sg_error	*err;
@@ -93,8 +94,8 @@ worker(void *arg)
 			break;
 		t0 = mono();
 		sg_error_clear(&w->err[i]);
-		w->rc[i] = sim_run(w->sc, &w->sc->rows[i], &w->res[i],
-		    &w->err[i]);
+		w->rc[i] = sim_run_traffic(w->sc, &w->sc->rows[i], w->tr,
+		    &w->res[i], &w->err[i]);
 		w->secs[i] = mono() - t0;
 	}
 	return NULL;
@@ -139,6 +140,7 @@ main(int argc, char *argv[])
 	int rcs[SIM_MAX_ROWS];
 	pthread_t th[SIM_MAX_ROWS];
 	scenario sc;
+	sim_traffic *tr = NULL;
 	work w;
 	uint64_t seed = 0, jobs = 1, simulated = 0;
 	bool has_seed = false, verbose = false, check = false;
@@ -230,8 +232,15 @@ main(int argc, char *argv[])
 	w.rc = rcs;
 	w.err = errs;
 	w.secs = secs;
-	pthread_mutex_init(&w.mu, NULL);
 	t0 = mono();
+	/* Rows replay the same traffic: with several, it is drawn once. */
+	if (sc.nrows > 1 && (rc = sim_traffic_new(&sc, &tr, &err)) != 0) {
+		fprintf(stderr, "%s: %s\n", progname, err.text);
+		status = EX_OSERR;
+		goto out;
+	}
+	w.tr = tr;
+	pthread_mutex_init(&w.mu, NULL);
 	if (jobs > sc.nrows)
 		jobs = sc.nrows;
 	for (nth = 0; nth + 1 < jobs; nth++)
@@ -295,6 +304,7 @@ main(int argc, char *argv[])
 		status = EX_IOERR;
 	}
 out:
+	sim_traffic_free(tr);
 	scenario_free(&sc);
 	return status;
 }

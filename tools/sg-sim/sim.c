@@ -32,9 +32,14 @@
  *
  * Every random draw comes from a generator keyed by (seed, stream, index):
  * session i's turns, sizes and think times do not depend on routing, so
- * every row replays the same traffic.  A trace scenario replays its
- * requests instead: a turn is sent at its time, or think_ms after the
- * previous answer if that is later.
+ * every row replays the same traffic.  With several rows sg-sim draws
+ * that traffic once (traffic.c: arrivals, classes, turn counts, each
+ * turn's size draws and think time) and every row reads it back
+ * (sim_run_traffic; a session's rng then holds the index of its first
+ * turn): the same numbers, without a lognormal draw's exp and Gaussian
+ * per size per row.  A trace scenario replays its requests instead: a
+ * turn is sent at its time, or think_ms after the previous answer if that
+ * is later.
  *
  * The perfect-knowledge row (SIM_ALG_PERFECT) has no router: at each
  * decision it reads every candidate engine exactly (its cache through
@@ -132,7 +137,7 @@ typedef struct cstate {
  * from the trace) rather than stored.
  */
 typedef struct sess {
-	uint64_t	rng;
+	uint64_t	rng;		/* its draws; traffic table: first turn */
 	uint64_t	context;	/* last prompt + last answer */
 	uint32_t	turns, turn;	/* turn: the next one, 1-based */
 	uint32_t	ts;		/* trace session, or NONE */
@@ -184,6 +189,7 @@ typedef struct sreq_cold {
 typedef struct sim {
 	const scenario	*sc;
 	const sim_row	*row;
+	const sim_traffic *tr;		/* the drawn traffic, or NULL: draw */
 	sg_router	*rt;
 	sg_fleet	*fleet;		/* published stats + reservations */
 	sg_fleet_cursor	*view[SIM_MAX_CLASSES];	/* per model: the fleet's view */
@@ -1430,13 +1436,22 @@ turn_sizes(sim *s, sess *ss, uint64_t *in, uint64_t *out)
 		*out = tr->output;
 		return;
 	}
-	*in = ss->turn == 1 ? sim_draw(&ss->rng, &sc->sessions.first_input) :
-	    ss->context + sim_draw(&ss->rng, &sc->sessions.turn_input);
+	if (s->tr != NULL) {
+		/* The same draws, made once (ss->rng: its first turn). */
+		const sim_tturn *tt = &s->tr->turn[ss->rng + ss->turn - 1];
+
+		*in = ss->turn == 1 ? tt->in : ss->context + tt->in;
+		*out = tt->out;
+	} else {
+		*in = ss->turn == 1 ? sim_draw(&ss->rng,
+		    &sc->sessions.first_input) : ss->context +
+		    sim_draw(&ss->rng, &sc->sessions.turn_input);
+		*out = sim_draw(&ss->rng, &sc->sessions.output);
+	}
 	if (*in > sc->sessions.max_context)
 		*in = sc->sessions.max_context;
 	if (*in == 0)
 		*in = 1;
-	*out = sim_draw(&ss->rng, &sc->sessions.output);
 }
 
 /*
@@ -1484,7 +1499,8 @@ next_turn(sim *s, sess *ss, sreq *r)
 	if (r->last_turn)
 		return;
 	if (ss->ts == NONE) {
-		r->think = sim_draw_ms(&ss->rng, &s->sc->sessions.think);
+		r->think = s->tr != NULL ? s->tr->turn[ss->rng + ss->turn -
+		    1].think : sim_draw_ms(&ss->rng, &s->sc->sessions.think);
 		return;
 	}
 	tr = &s->sc->trace.req[s->sc->trace.sess[ss->ts].first + ss->turn];
@@ -1574,6 +1590,12 @@ new_session(sim *s, double t)
 		ss->id = 0;
 		ss->turns = (uint32_t)ts->n;
 		ss->cls = (uint8_t)sc->trace.req[ts->first].cls;
+	} else if (s->tr != NULL) {
+		/* ss->rng holds the index of its first turn in the table. */
+		ss->rng = s->tr->first[id];
+		ss->id = id;
+		ss->turns = s->tr->first[id + 1] - s->tr->first[id];
+		ss->cls = s->tr->cls[id];
 	} else {
 		ss->rng = stream_seed(sc->seed, 1, id);
 		ss->id = id;
@@ -1881,7 +1903,9 @@ setup(sim *s)
 		double first;
 
 		s->arrivals_rng = stream_seed(sc->seed, 2, 0);
-		if (!isinf(first = sim_next_arrival(sc, &s->arrivals_rng, 0)))
+		first = s->tr != NULL ? s->tr->arrive[0] :
+		    sim_next_arrival(sc, &s->arrivals_rng, 0);
+		if (!isinf(first))
 			push(s, first, EV_SESSION, 0);
 	}
 	for (i = 0; i < sc->nbg; i++) {
@@ -1915,7 +1939,11 @@ arrival(sim *s, double t)
 			    s->next_trace].first].t_ms, EV_SESSION, 0);
 		return;
 	}
-	if (!isinf(next = sim_next_arrival(sc, &s->arrivals_rng, t)))
+	/* The table's last arrival is the first one past the end, pushed
+	 * and discarded as a drawn one is. */
+	next = s->tr != NULL ? s->tr->arrive[s->next_session] :
+	    sim_next_arrival(sc, &s->arrivals_rng, t);
+	if (!isinf(next))
 		push(s, next, EV_SESSION, 0);
 }
 
@@ -1995,6 +2023,13 @@ int
 sim_run(const scenario *sc, const sim_row *row, sim_result *out,
     sg_error *err)
 {
+	return sim_run_traffic(sc, row, NULL, out, err);
+}
+
+int
+sim_run_traffic(const scenario *sc, const sim_row *row,
+    const sim_traffic *tr, sim_result *out, sg_error *err)
+{
 	sim s;
 	int rc;
 
@@ -2002,6 +2037,7 @@ sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	memset(out, 0, sizeof(*out));
 	s.sc = sc;
 	s.row = row;
+	s.tr = sc->has_trace ? NULL : tr;
 	s.err = err;
 	s.res = out;
 	if ((rc = setup(&s)) != 0)

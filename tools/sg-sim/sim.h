@@ -207,10 +207,39 @@ int	scenario_loadf(scenario *sc, FILE *fp, const char *path,
 int	scenario_select_rows(scenario *sc, const char *list, sg_error *err);
 void	scenario_free(scenario *sc);
 
+/*
+ * A scenario's generated session traffic, drawn once for every row to
+ * replay (traffic.c): per session its arrival, class and turns, per turn
+ * the prompt draw, the answer's size and the think time after it.
+ */
+typedef struct sim_tturn {
+	uint32_t	in;		/* first prompt, or growth of the context */
+	uint32_t	out;		/* answer tokens */
+	double		think;		/* ms before the next turn; 0: last */
+} sim_tturn;
+
+typedef struct sim_traffic {
+	size_t		 nsess;
+	double		*arrive;	/* nsess + 1: the last is past the end */
+	uint32_t	*first;		/* nsess + 1: session i's turns from */
+	uint8_t		*cls;
+	sim_tturn	*turn;
+	size_t		 nturn;
+} sim_traffic;
+
+/* Draw sc's traffic.  *out is NULL (rows draw live) for a trace, sizes
+ * beyond 32 bits or too many turns.  Returns 0 or SG_ENOMEM. */
+int	sim_traffic_new(const scenario *sc, sim_traffic **out, sg_error *err);
+void	sim_traffic_free(sim_traffic *tr);
+
 /* Simulate one row.  Returns 0, SG_ENOMEM, or SG_EINVAL for a router
  * error (err says which). */
 int	sim_run(const scenario *sc, const sim_row *row, sim_result *out,
 	    sg_error *err);
+/* The same replaying tr (sim_traffic_new of sc; NULL: draw live), with
+ * the same result. */
+int	sim_run_traffic(const scenario *sc, const sim_row *row,
+	    const sim_traffic *tr, sim_result *out, sg_error *err);
 
 /*
  * The scenario's session traffic as an NDJSON trace (trace.c): one request
