@@ -56,7 +56,9 @@
  * Candidates: the clusters serving the request's model that are not being
  * drained.  Engine events are found through an 8-ary tournament tree over
  * the engines' next-event times (ordered by time, then cluster index, as
- * the linear scan it replaces), so a step costs a few 8-way scans.
+ * the linear scan it replaces), so a step costs a few 8-way scans; up to
+ * 64 clusters (two levels, a fleet) the replay is unrolled with the
+ * levels' offsets constant (tree_fix2).
  */
 #include <errno.h>
 #include <math.h>
@@ -873,6 +875,46 @@ tree_fix(sim *s, size_t i)
 	}
 }
 
+/*
+ * tree_fix for two levels (9 to 64 clusters, a fleet): the same nodes,
+ * unrolled, the offsets constants (leaves at 0, groups at 64, the root at
+ * 72).  Each level keeps the node when the changed child neither beats it
+ * nor held its winner, takes the child when it beats it (ties: the lower
+ * index), and otherwise scans the group.
+ */
+static inline bool
+tree_step(double *tt, uint32_t *ti, size_t ch, size_t grp, size_t up,
+    bool held)
+{
+	double t = tt[ch];
+	size_t c;
+
+	if (t < tt[up] || (t == tt[up] && ti[ch] <= ti[up]))
+		c = ch;
+	else if (held)
+		c = grp + argmin8(&tt[grp]);
+	else
+		return false;
+	if (ti[up] == ti[c] && tt[up] == tt[c])
+		return false;
+	tt[up] = tt[c];
+	ti[up] = ti[c];
+	return true;
+}
+
+static void
+tree_fix2(sim *s, size_t i)
+{
+	double *tt = s->tt;
+	uint32_t *ti = s->ti;
+	size_t g = i / TREE_W;
+
+	if (!tree_step(tt, ti, i, g * TREE_W, 64 + g, ti[64 + g] == i))
+		return;
+	(void)tree_step(tt, ti, 64 + g, 64, 72, ti[72] != NONE &&
+	    ti[72] / TREE_W == g);
+}
+
 static void
 set_next(sim *s, size_t i)
 {
@@ -881,7 +923,10 @@ set_next(sim *s, size_t i)
 	if (t == s->tt[i])
 		return;
 	s->tt[i] = t;
-	tree_fix(s, i);
+	if (s->tlevels == 2)
+		tree_fix2(s, i);
+	else
+		tree_fix(s, i);
 }
 
 /* --- stats and reservations ------------------------------------------------ */
