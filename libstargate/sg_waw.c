@@ -1886,13 +1886,12 @@ static inline __attribute__((always_inline)) void
 plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 {
 	unsigned gs = w->d->selection_count > 0 ? w->d->selection_count : 1;
-	bool ret;
+	bool sel, ret, at_last, in_group;
 
-	out->classified = p->applies;
-	if (!p->applies)
+	if (!p->applies) {
+		out->classified = false;
 		return;
-	out->session_state = p->state;
-	out->promoted = p->promoted;
+	}
 	/*
 	 * Selected, and for a returning session the hint's cluster, else
 	 * within the first group: ids are unique, so the hint names exactly
@@ -1900,10 +1899,15 @@ plan_finish(const struct waw *w, const struct plan *p, sg_decision *out)
 	 * SIZE_MAX).  Computed whole and combined without branches: the kind
 	 * (select or wait) depends on the request.
 	 */
+	/* read before the stores below (bools, which may alias them) */
+	sel = out->kind == SG_DECIDE_SELECT;
 	ret = p->state == SG_SESSION_RETURNING;
-	out->primary = (out->kind == SG_DECIDE_SELECT) &
-	    ((ret & (out->index == (size_t)p->last)) |
-	    (!ret & (out->rank_depth <= gs)));
+	at_last = out->index == (size_t)p->last;
+	in_group = out->rank_depth <= gs;
+	out->classified = true;
+	out->session_state = p->state;
+	out->promoted = p->promoted;
+	out->primary = sel & ((ret & at_last) | (!ret & in_group));
 }
 
 /* --- outcomes ------------------------------------------------------------- */
