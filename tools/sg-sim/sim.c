@@ -638,8 +638,17 @@ refill(sim *s)
 			s->far.n = m;
 		}
 		b = &s->bk[s->bk_cur & (BK_N - 1)];
-		for (k = 0; k < b->n; k++)
+		for (k = 0; k < b->n; k++) {
+			/* A turn's session is read when it comes due; asked
+			 * for now, it is in cache when the loop reads it one
+			 * event ahead (next_turn_sess). */
+			uint64_t a = b->v[k].k & ((1u << EV_ABITS) - 1);
+
+			if ((b->v[k].k >> EV_ABITS & ((1u << EV_TBITS) - 1)) ==
+			    EV_TURN && a < s->nss)
+				__builtin_prefetch(&s->ss[a]);
 			heap_push(s, b->v[k]);
+		}
 		s->bk_items -= b->n;
 		b->n = 0;
 	}
@@ -2107,8 +2116,13 @@ sim_run_traffic(const scenario *sc, const sim_row *row,
 		}
 		x = ring ? pop_ring(&s) : pop(&s);
 		s.now = x.t;
-		if ((pf = next_turn_sess(&s)) != NULL)
+		if ((pf = next_turn_sess(&s)) != NULL) {
 			__builtin_prefetch(pf);
+			/* Its drawn turn, while this event runs. */
+			if (s.tr != NULL)
+				__builtin_prefetch(&s.tr->turn[pf->rng +
+				    pf->turn - 1]);
+		}
 		dispatch(&s, &x);
 	}
 	if ((rc = s.fail) != 0) {
