@@ -728,9 +728,6 @@ gateway_worker_init(proxy *p)
 	o.event_base = p->base;
 	/* One store transaction (and wake-up) per hand-over, not several. */
 	o.commit_delay_us = GW_COMMIT_DELAY_US;
-	/* The store thread's files in a table of its own: the loop's
-	 * socket calls take the kernel's single-user path (sg-proxy(8)). */
-	o.private_fds = true;
 	memset(&err, 0, sizeof(err));
 	if ((rc = sg_store_open(&p->store, &o, &err)) != 0) {
 		/* fail open: every eligible lookup counts as an error */

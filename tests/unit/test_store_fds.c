@@ -267,36 +267,6 @@ test_private_fds_opener_table_holds_no_store_file(void **state)
 	assert_int_equal(store_files_in("/proc/thread-self/fd", f->dir), 0);
 }
 
-/*
- * The read transaction the lookups renew is begun by the store thread at
- * the open (its reader slot, and LMDB's reader-pid lock, are the store
- * thread's): one slot is in use before any lookup (besides the one of
- * the stats' own transaction), and still one after lookups of both
- * kinds, which renewed it rather than claim their own.
- * (Fails with rtxn_prime() left out: no slot until a lookup begins one.)
- */
-static void
-test_private_fds_lookups_renew_the_store_threads_transaction(void **state)
-{
-	struct fx *f = *state;
-	sg_store_lookup_req req;
-	sg_store_stats st;
-	sg_store_entry e;
-	int i;
-
-	sgt_open(&f->s, &f->o);
-	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
-	assert_int_equal(st.readers_used, 2);	/* and the stats' own */
-	assert_int_equal(put_i(f->s, 3, "c-three"), 0);
-	assert_int_equal(sg_store_flush(f->s, NULL), 0);
-	for (i = 0; i < 100; i++) {
-		assert_int_equal(get_i(f->s, 3, &e), 0);
-		assert_int_equal(get_nowait_i(f->s, 3, &req), 0);
-	}
-	assert_int_equal(sg_store_stats_get(f->s, &st, NULL), 0);
-	assert_int_equal(st.readers_used, 2);	/* and the stats' own */
-}
-
 /* The default (the tools): the store's files are in the caller's table. */
 static void
 test_default_opens_in_the_callers_table(void **state)
@@ -664,7 +634,6 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_private_fds_opener_table_holds_no_store_file),
-		T(test_private_fds_lookups_renew_the_store_threads_transaction),
 		T(test_default_opens_in_the_callers_table),
 		T(test_private_fds_descriptor_closed_by_the_opener_is_not_held),
 		T(test_private_fds_two_processes_see_each_others_writes),
