@@ -281,8 +281,7 @@ sg_store_open(sg_store **out, const sg_store_opts *o, sg_error *err)
 	else if (sgr_is_url(o->path))
 		rc = sgi_store_redis_open(&s->be, &s->ops, &bo, err);
 	else
-		rc = sgi_store_lmdb_open(&s->be, &s->ops, &bo, s->evfd,
-		    err);
+		rc = sgi_store_lmdb_open(&s->be, &s->ops, &bo, err);
 	if (rc != 0) {
 		store_free(s);
 		return rc;

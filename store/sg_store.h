@@ -176,25 +176,6 @@ typedef struct sg_store_opts {
 	 * the loop must outlive the handle.  LMDB ignores it.
 	 */
 	void		*event_base;
-	/*
-	 * LMDB: the store thread keeps its own descriptor table
-	 * (unshare(CLONE_FILES) at its start, keeping only the standard
-	 * streams, its timer and the events descriptor), opens every file
-	 * of the store itself, and is the only thread that ever touches
-	 * one of its descriptors; other threads read the shared mappings
-	 * only.  So the caller's table has one user again and every system
-	 * call on it takes the kernel's single-user path (an event loop's
-	 * reads and writes cost less: sg-proxy turns it on).  The store's
-	 * files then appear in /proc/PID/task/TID/fd of the store thread
-	 * only, not in the caller's /proc/self/fd.  Where unshare(2) is
-	 * refused (seccomp, EPERM, ENOSYS) the table stays shared, silently,
-	 * and the rest holds.  With it, sg_store_stats_get() and
-	 * sg_store_iterate() run on the store thread (fn too), and a
-	 * lookup while another lookup of the same handle runs misses
-	 * (EBUSY) rather than begin a read transaction of its own.  Off by
-	 * default (the tools).  Redis ignores it.
-	 */
-	bool		 private_fds;
 } sg_store_opts;
 
 /* Fill o with the defaults above (path SG_STORE_DEFAULT_PATH, create false). */

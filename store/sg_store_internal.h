@@ -87,12 +87,8 @@ struct sgi_store_hook {
 };
 void	sgi_store_set_hook(sg_store *s, const struct sgi_store_hook *h);
 
-/*
- * LMDB backend (sg_store_lmdb.c).  o is validated and complete; keep_fd
- * (or -1) is a descriptor the store thread writes (the events eventfd),
- * kept in its table with o->private_fds.
- */
+/* LMDB backend (sg_store_lmdb.c).  o is validated and complete. */
 int	sgi_store_lmdb_open(void **be, const struct sgi_store_ops **ops,
-	    const sg_store_opts *o, int keep_fd, sg_error *err);
+	    const sg_store_opts *o, sg_error *err);
 
 #endif /* SG_STORE_INTERNAL_H */

@@ -66,8 +66,7 @@
  *     nothing on its loop stalls.  It never reopens the environment itself
  *     (opening one reads files and takes LMDB's file locks): after a swap
  *     it asks the store thread and reads the old file meanwhile; a grown
- *     map is adopted inline only when s->rw is free, again by trying (never
- *     with private_fds: see Descriptors, below).  Even
+ *     map is adopted inline only when s->rw is free, again by trying.  Even
  *     the deletion of an expired entry is queued only if the queue's mutex
  *     is free.  A test hook (sgi_store_set_hook) runs with s->rw
  *     held, so the unit tests can hold it across a grow or a reopen and
@@ -156,60 +155,6 @@
  * could leave LMDB's dirty lists half updated): a cut inside a write
  * transaction, after its check, still faults.  sg-lastcluster(1), FAULTS
  * WHILE OPEN, is the user's account.
- *
- * Descriptors (opts.private_fds, sg-proxy's).  While two threads share a
- * descriptor table, every system call on a descriptor takes the kernel's
- * shared-table path (an atomic reference taken and dropped per call);
- * with one user it is skipped.  sg-proxy's loop makes several such calls
- * per request, and an idle second thread in its table cost it about
- * 2.4 us of CPU per request (0.3 once that thread had a table of its own).
- * So with the option the store thread calls unshare(CLONE_FILES) first
- * (fds_unshare()) and closes, in its copy, everything but the standard
- * streams, its timer and the caller's eventfd (close_range(2), or the
- * listing of /proc/thread-self/fd where that is refused), so that a
- * socket the loop closes is not held open here.  From then on a
- * descriptor opened by one thread does not exist in the other's table
- * (the number may even name another file there), so every descriptor of
- * the store belongs to the store thread, which alone opens, uses and
- * closes them: the generation file and the environment, at the first open
- * too (own_open(); sgi_store_lmdb_open() waits for its result), every
- * reopen (a swap), the adoption of a map another process grew and every
- * growth (mdb_env_set_mapsize() maps data.mdb again with mmap(fd)),
- * data_check()'s and lock_alloc()'s files, the fstat()s of env_swapped()
- * and data_short(), mdb_reader_check(), fsyncs, compaction, and the close
- * (own_close(), on its way out).  What the two threads share is memory:
- * the maps of data.mdb, lock.mdb and the generation file, which any
- * thread may read.  The timer and the eventfd are in both tables, as
- * copies of the same open files: a put arms the timer from the loop
- * (timerfd_settime on the loop's copy), the store thread polls its own.
- * The loop's lookup (lm_lookup_nowait(): env_enter_try(), guarded_get(),
- * rtxn_take(), read_entry()) touches no descriptor of the store: it never
- * reopens (it asks, MAINT_REOPEN, and reads the old file meanwhile),
- * never adopts a map (MAINT_ADOPT, EBUSY meanwhile), and never begins a
- * read transaction, only renews the cached one, which the store thread
- * begins and resets after each open, growth and adoption (rtxn_prime();
- * a lookup that finds none misses with EBUSY and asks, MAINT_PRIME).
- * In LMDB 0.9 (mdb_txn_renew0()) renewing a reset transaction keeps its
- * reader slot (MDB_NOTLS) and reads only shared memory: the transaction
- * id in lock.mdb and the meta pages; MDB_MAP_RESIZED is found by a
- * comparison with the mapped size.  Beginning one is what can reach a
- * descriptor: the first begin of an environment takes the process's
- * reader-pid lock (fcntl F_SETLK on lock.mdb, me_live_reader), and
- * claiming a slot takes the reader mutex, whose recovery from a dead
- * owner tests every reader's pid lock with fcntl F_GETLK.  On Linux a
- * POSIX record lock belongs to the descriptor table that took it, so the
- * pid lock is the store thread's (its first read transaction at each
- * open, before any lookup can read), and no other process mistakes a
- * live reader here for a dead one.  mdb_get(), reset and abort of a read
- * transaction and the SIGBUS guard touch no descriptor either.  A put,
- * a delete and a flush only queue and arm the timer; the expired-entry
- * deletion a lookup queues, the same.  sg_store_stats_get() (fstat of
- * data.mdb, a transaction begun) and sg_store_iterate() (a transaction
- * begun; fn is called there) run on the store thread as jobs, like
- * compaction.  Where unshare(2) is refused (a seccomp filter, EPERM,
- * ENOSYS) the table stays shared and nothing else changes: the same
- * thread still owns every descriptor.  Without the option (the tools)
- * everything is as described above.
  */
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -217,10 +162,8 @@
 #include <sys/timerfd.h>
 #include <sys/types.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <limits.h>
@@ -254,7 +197,6 @@
 #define MAINT_REOPEN	1u	/* requests from lookups to the store thread */
 #define MAINT_ADOPT	2u
 #define MAINT_FAULT	4u	/* a lookup faulted on the mapping */
-#define MAINT_PRIME	8u	/* private_fds: no cached read transaction */
 
 enum { FAULT_NONE, FAULT_REMOVED, FAULT_TRUNCATED };	/* lstore.fault */
 enum { SW_NO, SW_SWAPPED, SW_REMOVED };			/* env_swapped() */
@@ -281,13 +223,8 @@ struct rslot {
 	bool		 live;		/* renewed and not reset: a snapshot */
 };
 
-/* Work run on the store thread for another thread (run_job()). */
-struct lstore;
-typedef int job_fn(struct lstore *s, void *arg, sg_error *err);
-
 struct job {
-	job_fn			*fn;
-	void			*arg;
+	sg_store_compact_result	*r;
 	sg_error		 err;
 	int			 rc;
 	bool			 done;
@@ -343,14 +280,7 @@ struct lstore {
 	uint64_t	 superseded;	/* puts replaced within their batch */
 	pthread_t	 thr;
 	bool		 thr_started;
-	pthread_mutex_t	 job_mu;	/* one job at a time */
-
-	/* private_fds: the first open, on the store thread (own_open()). */
-	int		 keep_fd;	/* the caller's eventfd, or -1 */
-	bool		 fds_private;	/* unshare(CLONE_FILES) succeeded */
-	bool		 opened;	/* open_rc and open_err are set (mu) */
-	int		 open_rc;
-	sg_error	 open_err;
+	pthread_mutex_t	 job_mu;	/* one compaction at a time */
 
 	/* Counters written by any thread. */
 	_Atomic uint64_t map_grows;
@@ -1031,8 +961,6 @@ rtxn_drop(struct lstore *s)
 
 #define SWAPPED		(-1)	/* env_open_once(): data.mdb replaced, retry */
 
-static int rtxn_prime(struct lstore *);
-
 static int
 dbis_open(struct lstore *s, MDB_txn *txn, unsigned flags)
 {
@@ -1169,7 +1097,6 @@ env_open_once(struct lstore *s, sg_error *err)
 	s->gen = g;
 	s->fault = FAULT_NONE;
 	atomic_store(&s->up, true);
-	(void)rtxn_prime(s);
 	return 0;
 fail:
 	mdb_env_close(env);
@@ -1362,7 +1289,6 @@ env_adopt_locked(struct lstore *s)
 		mdb_env_set_mapsize(s->env, 0);
 		if (mdb_env_info(s->env, &info) == 0)
 			s->map_size = info.me_mapsize;
-		(void)rtxn_prime(s);
 	}
 }
 
@@ -1416,7 +1342,6 @@ env_grow(struct lstore *s, sg_error *err)
 	}
 	s->map_size = next;
 	atomic_fetch_add(&s->map_grows, 1);
-	(void)rtxn_prime(s);
 out:
 	pthread_rwlock_unlock(&s->rw);
 	return rc;
@@ -1466,9 +1391,7 @@ env_enter_nowait(struct lstore *s, sg_error *err)
 			return rc;
 		}
 		pthread_rwlock_unlock(&s->rw);
-		/* private_fds: only the store thread opens files */
-		if (!s->o.private_fds &&
-		    pthread_rwlock_trywrlock(&s->rw) == 0) {
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
 			rc = env_reopen_locked(s, err);
 			pthread_rwlock_unlock(&s->rw);
 			if (rc != 0)
@@ -1497,37 +1420,6 @@ rtxn_put(struct lstore *s, struct rslot *r)
 }
 
 /*
- * private_fds, on the store thread (s->rw held, s->env open): cache a read
- * transaction begun here and reset at once, for the lookups to renew.  A
- * lookup then never begins one: beginning claims a reader slot under
- * LMDB's reader mutex, whose recovery from a dead owner tests other
- * processes' pid locks with fcntl() on lock.mdb, and the first begin of
- * an environment takes this process's own pid lock (me_live_reader), a
- * POSIX record lock that belongs to the descriptor table taking it: the
- * store thread's.  Renewing keeps the slot (MDB_NOTLS) and touches no
- * descriptor.  0, or LMDB's error (MDB_MAP_RESIZED: adopt first).
- */
-static int
-rtxn_prime(struct lstore *s)
-{
-	struct rslot *r;
-	int rc;
-
-	if (!s->o.private_fds || s->env == NULL ||
-	    atomic_load(&s->rtxn) != NULL)
-		return 0;
-	if ((r = calloc(1, sizeof(*r))) == NULL)
-		return ENOMEM;
-	if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &r->txn)) != 0) {
-		free(r);
-		return rc;
-	}
-	mdb_txn_reset(r->txn);
-	rtxn_put(s, r);
-	return 0;
-}
-
-/*
  * Store thread, after its work and every GEN_POLL_MS when idle: let go of
  * a cached snapshot that a commit (of any process) made old, or that is
  * past SNAP_MAX_MS (a writer of an older version bumps no counter), so
@@ -1549,7 +1441,6 @@ rtxn_release_old(struct lstore *s)
 		}
 		rtxn_put(s, r);
 	}
-	(void)rtxn_prime(s);	/* private_fds: one taken and dropped */
 	pthread_rwlock_unlock(&s->rw);
 }
 
@@ -2118,7 +2009,6 @@ maintain(struct lstore *s, unsigned maint)
 {
 	uint64_t now = mono_ms();
 	bool down;
-	int rc;
 
 	if (maint & MAINT_FAULT)
 		env_down(s, FAULT_TRUNCATED);
@@ -2135,13 +2025,6 @@ maintain(struct lstore *s, unsigned maint)
 	}
 	if (maint & MAINT_ADOPT)
 		env_adopt(s);
-	if (maint & MAINT_PRIME) {
-		pthread_rwlock_rdlock(&s->rw);
-		rc = rtxn_prime(s);
-		pthread_rwlock_unlock(&s->rw);
-		if (rc == MDB_MAP_RESIZED)
-			env_adopt(s);	/* primes on the new map */
-	}
 }
 
 static void
@@ -2238,143 +2121,6 @@ sleep_idle(struct lstore *s, uint64_t ms)
 	return rc != 0;
 }
 
-/* --- private_fds: the store thread's own descriptor table --------------- */
-
-static bool
-fd_kept(int fd, const int *keep, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (keep[i] == fd)
-			return true;
-	return fd <= STDERR_FILENO;
-}
-
-/* Close every descriptor above the standard streams but keep[0..n), sorted. */
-static int
-close_ranges(const int *keep, size_t n)
-{
-	unsigned lo = STDERR_FILENO + 1;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (keep[i] < 0 || (unsigned)keep[i] < lo)
-			continue;
-		if ((unsigned)keep[i] > lo &&
-		    close_range(lo, (unsigned)keep[i] - 1, 0) != 0)
-			return errno;
-		lo = (unsigned)keep[i] + 1;
-	}
-	return close_range(lo, ~0u, 0) != 0 ? errno : 0;
-}
-
-/* close_ranges() where close_range(2) is refused: by the table's listing. */
-static void
-close_listed(const int *keep, size_t n)
-{
-	DIR *d = opendir("/proc/thread-self/fd");
-	struct dirent *de;
-	char *end;
-	long fd;
-
-	if (d == NULL)
-		return;		/* no /proc: the copies stay, harmless */
-	while ((de = readdir(d)) != NULL) {
-		fd = strtol(de->d_name, &end, 10);
-		if (*end != '\0' || end == de->d_name || fd > INT_MAX ||
-		    fd == dirfd(d) || fd_kept((int)fd, keep, n))
-			continue;
-		close((int)fd);
-	}
-	closedir(d);
-}
-
-/*
- * On the store thread before it opens anything: a descriptor table of its
- * own (unshare(CLONE_FILES)) holding, of the copy of the process's, only
- * the standard streams (what a sanitizer's report on this thread writes
- * to), the timer and the caller's eventfd; the rest (the caller's sockets,
- * listeners, pipes) is closed, so that a descriptor the caller closes is
- * not held open here.  False where unshare(2) is refused: the table stays
- * shared, and nothing else changes.
- */
-static bool
-fds_unshare(const struct lstore *s)
-{
-	int keep[2] = { s->tfd, s->keep_fd }, t;
-
-	if (unshare(CLONE_FILES) != 0)
-		return false;
-	if (keep[0] > keep[1]) {
-		t = keep[0];
-		keep[0] = keep[1];
-		keep[1] = t;
-	}
-	if (close_ranges(keep, 2) != 0)
-		close_listed(keep, 2);
-	return true;
-}
-
-/* private_fds: the store thread's files, closed on its way out. */
-static void
-own_close(struct lstore *s)
-{
-	rtxn_drop(s);
-	if (s->env != NULL)
-		mdb_env_close(s->env);
-	s->env = NULL;
-	atomic_store(&s->up, false);
-	if (s->genfd >= 0)
-		close(s->genfd);
-	s->genfd = -1;
-	/* this table's copy; the opener closes its own (lm_free) */
-	if (s->fds_private && s->tfd >= 0)
-		close(s->tfd);
-}
-
-/*
- * private_fds: the first open, on the store thread, its result handed to
- * sgi_store_lmdb_open(), which waits for it.  False: the open failed and
- * the thread ends.
- */
-static bool
-own_open(struct lstore *s)
-{
-	sg_error e;
-	int rc;
-
-	sg_error_clear(&e);
-	s->fds_private = fds_unshare(s);
-	if ((rc = gen_open(s, &e)) == 0)
-		rc = env_open(s, &e);
-	if (rc != 0)
-		own_close(s);
-	pthread_mutex_lock(&s->mu);
-	s->open_rc = rc;
-	s->open_err = e;
-	s->opened = true;
-	pthread_cond_broadcast(&s->done_cv);
-	pthread_mutex_unlock(&s->mu);
-	return rc == 0;
-}
-
-/* sgi_store_lmdb_open(), private_fds: the store thread's open. */
-static int
-open_wait(struct lstore *s, sg_error *err)
-{
-	int rc;
-
-	pthread_mutex_lock(&s->mu);
-	while (!s->opened)
-		pthread_cond_wait(&s->done_cv, &s->mu);
-	rc = s->open_rc;
-	if (rc != 0 && err != NULL)
-		*err = s->open_err;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
-}
-
 static void *
 store_main(void *arg)
 {
@@ -2382,8 +2128,6 @@ store_main(void *arg)
 
 	/* named for per-thread accounting (top(1), /proc/PID/task/TID/comm) */
 	(void)pthread_setname_np(pthread_self(), "sg-store");
-	if (s->o.private_fds && !own_open(s))
-		return NULL;
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		struct op *tmp;
@@ -2429,7 +2173,7 @@ store_main(void *arg)
 		if (n > 0)
 			process(s, off, n);
 		if (job != NULL) {
-			job->rc = job->fn(s, job->arg, &job->err);
+			job->rc = do_compact(s, job->r, &job->err);
 			pthread_mutex_lock(&s->mu);
 			job->done = true;
 			s->job = NULL;
@@ -2441,8 +2185,6 @@ store_main(void *arg)
 	}
 	pthread_mutex_unlock(&s->mu);
 	periodic(s, true);
-	if (s->o.private_fds)
-		own_close(s);
 	return NULL;
 }
 
@@ -2786,12 +2528,6 @@ rtxn_take(struct lstore *s, uint64_t now, struct rslot *volatile *held,
 	    r->commits == c && now >= r->ms && now - r->ms <= SNAP_MAX_MS)
 		return r;
 	*held = r;		/* the guard aborts it on a fault */
-	if (r == NULL && s->o.private_fds) {
-		/* Only the store thread begins one (rtxn_prime()). */
-		maint_request_try(s, MAINT_PRIME);
-		*rc = EBUSY;
-		return NULL;
-	}
 	if (r == NULL) {
 		if ((r = calloc(1, sizeof(*r))) == NULL) {
 			*rc = ENOMEM;
@@ -2809,8 +2545,6 @@ rtxn_take(struct lstore *s, uint64_t now, struct rslot *volatile *held,
 		if ((*rc = mdb_txn_renew(r->txn)) != 0) {
 			*held = NULL;
 			rslot_free(r);
-			if (s->o.private_fds)
-				maint_request_try(s, MAINT_PRIME);
 			return NULL;
 		}
 	}
@@ -2899,8 +2633,6 @@ read_entry(struct lstore *s, const sgi_lckey *k, uint64_t now, bool nowait,
 		entry_fill(out, k->text[0] != '\0' ? k->text : NULL,
 		    k->digest, t, id, id_len, now);
 	}
-	if (rc == EBUSY)	/* private_fds: the store thread makes one */
-		return sg_seterr(err, EBUSY, "no read transaction ready");
 	if (rc != 0 && rc != MDB_NOTFOUND)
 		return lerr(err, rc, "lookup");
 	if (!hit)
@@ -2935,8 +2667,7 @@ lm_lookup(void *be, const sgi_lckey *k, sg_store_entry *out, sg_error *err)
 		pthread_rwlock_unlock(&s->rw);
 		if (tries >= MAX_RETRIES)
 			return lerr(err, rc, "read transaction");
-		if (!s->o.private_fds &&
-		    pthread_rwlock_trywrlock(&s->rw) == 0) {
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
 			env_adopt_locked(s);
 			pthread_rwlock_unlock(&s->rw);
 			continue;
@@ -3001,10 +2732,7 @@ lm_lookup_nowait(void *be, const sgi_lckey *k, sg_store_entry *out,
 		pthread_rwlock_unlock(&s->rw);
 		if (tries >= 2)
 			return lerr(err, rc, "read transaction");
-		/* private_fds: mapping again (mmap of data.mdb) is the
-		 * store thread's */
-		if (!s->o.private_fds &&
-		    pthread_rwlock_trywrlock(&s->rw) == 0) {
+		if (pthread_rwlock_trywrlock(&s->rw) == 0) {
 			env_adopt_locked(s);
 			pthread_rwlock_unlock(&s->rw);
 			continue;
@@ -3062,51 +2790,16 @@ lm_flush(void *be, sg_error *err)
 	return rc;
 }
 
-/*
- * Run fn(s, arg, err) on the store thread and wait for it, one job at a
- * time: compaction always, and with private_fds whatever uses a
- * descriptor of the environment for another thread.
- */
 static int
-run_job(struct lstore *s, job_fn *fn, void *arg, sg_error *err)
+lm_iterate(void *be, bool all, sg_store_iter_fn *fn, void *arg, sg_error *err)
 {
-	struct job job;
-
-	memset(&job, 0, sizeof(job));
-	job.fn = fn;
-	job.arg = arg;
-	pthread_mutex_lock(&s->job_mu);
-	pthread_mutex_lock(&s->mu);
-	s->job = &job;
-	wake_locked(s);
-	while (!job.done)
-		pthread_cond_wait(&s->done_cv, &s->mu);
-	pthread_mutex_unlock(&s->mu);
-	pthread_mutex_unlock(&s->job_mu);
-	if (job.rc != 0 && err != NULL)
-		*err = job.err;
-	return job.rc;
-}
-
-struct iter_args {
-	bool		 all;
-	sg_store_iter_fn *fn;
-	void		*arg;
-};
-
-/* sg_store_iterate(), on the calling thread or (private_fds) the store's. */
-static int
-iterate_job(struct lstore *s, void *arg, sg_error *err)
-{
-	const struct iter_args *ia = arg;
-	sg_store_iter_fn *fn = ia->fn;
+	struct lstore *s = be;
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_val ik, d, v;
 	MDB_cursor_op op = MDB_FIRST;
 	sg_store_entry e;
 	uint64_t now = sgi_store_now(&s->o);
-	bool all = ia->all;
 	int rc;
 
 	if ((rc = env_enter(s, err)) != 0)
@@ -3131,7 +2824,7 @@ iterate_job(struct lstore *s, void *arg, sg_error *err)
 		if (!all && is_expired(s, t, now))
 			continue;
 		entry_fill(&e, NULL, d.mv_data, t, id, id_len, now);
-		if ((rc = fn(&e, ia->arg)) != 0)
+		if ((rc = fn(&e, arg)) != 0)
 			goto out;
 	}
 	rc = rc == MDB_NOTFOUND ? 0 : lerr(err, rc, "iterate");
@@ -3145,17 +2838,6 @@ out:
 }
 
 static int
-lm_iterate(void *be, bool all, sg_store_iter_fn *fn, void *arg, sg_error *err)
-{
-	struct lstore *s = be;
-	struct iter_args ia = { all, fn, arg };
-
-	if (s->o.private_fds)
-		return run_job(s, iterate_job, &ia, err);
-	return iterate_job(s, &ia, err);
-}
-
-static int
 count_reader(const char *msg, void *ctx)
 {
 	/* One line per live slot, after a header line. */
@@ -3164,11 +2846,10 @@ count_reader(const char *msg, void *ctx)
 	return 0;
 }
 
-/* The environment's part of lm_stats() (private_fds: the store thread's). */
 static int
-stats_job(struct lstore *s, void *arg, sg_error *err)
+lm_stats(void *be, sg_store_stats *st, sg_error *err)
 {
-	sg_store_stats *st = arg;
+	struct lstore *s = be;
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_envinfo info;
@@ -3224,17 +2905,6 @@ out:
 	if (txn != NULL)
 		mdb_txn_abort(txn);
 	pthread_rwlock_unlock(&s->rw);
-	return rc;
-}
-
-static int
-lm_stats(void *be, sg_store_stats *st, sg_error *err)
-{
-	struct lstore *s = be;
-	int rc;
-
-	rc = s->o.private_fds ? run_job(s, stats_job, st, err) :
-	    stats_job(s, st, err);
 	if (rc != 0)
 		return rc;
 	st->stale_readers = atomic_load(&s->stale_readers);
@@ -3253,15 +2923,24 @@ lm_stats(void *be, sg_store_stats *st, sg_error *err)
 }
 
 static int
-compact_job(struct lstore *s, void *arg, sg_error *err)
-{
-	return do_compact(s, arg, err);
-}
-
-static int
 lm_compact(void *be, sg_store_compact_result *r, sg_error *err)
 {
-	return run_job(be, compact_job, r, err);
+	struct lstore *s = be;
+	struct job job;
+
+	memset(&job, 0, sizeof(job));
+	job.r = r;
+	pthread_mutex_lock(&s->job_mu);
+	pthread_mutex_lock(&s->mu);
+	s->job = &job;
+	wake_locked(s);
+	while (!job.done)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&s->job_mu);
+	if (job.rc != 0 && err != NULL)
+		*err = job.err;
+	return job.rc;
 }
 
 static void
@@ -3354,7 +3033,7 @@ path_join(const char *dir, const char *name)
 
 int
 sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
-    const sg_store_opts *o, int keep_fd, sg_error *err)
+    const sg_store_opts *o, sg_error *err)
 {
 	struct lstore *s;
 	pthread_rwlockattr_t ra;
@@ -3420,10 +3099,9 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 		goto fail;
 	}
 	registered = true;
-	s->keep_fd = keep_fd;
-	/* private_fds: the store thread opens them, in its own table */
-	if (!s->o.private_fds && ((rc = gen_open(s, err)) != 0 ||
-	    (rc = env_open(s, err)) != 0))
+	if ((rc = gen_open(s, err)) != 0)
+		goto fail;
+	if ((rc = env_open(s, err)) != 0)
 		goto fail;
 	s->last_sync = s->last_check = mono_ms();
 	s->tfd = timer_open();
@@ -3433,14 +3111,10 @@ sgi_store_lmdb_open(void **bep, const struct sgi_store_ops **ops,
 		goto fail;
 	}
 	s->thr_started = true;
-	if (s->o.private_fds && (rc = open_wait(s, err)) != 0)
-		goto fail;	/* the thread has ended */
 	*bep = s;
 	*ops = &lmdb_ops;
 	return 0;
 fail:
-	if (s->thr_started)
-		pthread_join(s->thr, NULL);
 	if (registered)
 		reg_del(s->dir_dev, s->dir_ino);
 	lm_free(s);
