@@ -167,6 +167,9 @@ $(O)/tests/%: tests/unit/%.c tests/unit/sg_test.h $(TOOLCOMMON:%.c=$(O)/%.o) $(O
 	$(CC) $(SG_CPPFLAGS) $(SG_CFLAGS) $(TESTCFLAGS) -o $@ $< \
 	    $(TOOLCOMMON:%.c=$(O)/%.o) $(O)/libstargate.a $(TESTLIBS) $(DEPLIBS)
 
+# test_sim_tree includes tools/sg-sim/sim.c for its static functions.
+$(O)/tests/test_sim_tree: tools/sg-sim/sim.c tools/sg-sim/sim.h
+
 # test_h1s drives sg-proxy's HTTP/1.1 server object on a real loop.
 $(O)/tests/test_h1s: tests/unit/test_h1s.c tests/unit/sg_test.h $(O)/obj/bin/sg-proxy/h1s.o $(O)/libstargate.a
 	@mkdir -p $(@D)
