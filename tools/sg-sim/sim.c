@@ -502,7 +502,6 @@ sim_draw_class(const scenario *sc, uint32_t session)
 
 /* --- event heap ------------------------------------------------------------ */
 
-static int	grow(void **p, size_t *cap, size_t elem, size_t want);
 
 static bool
 ev_less(const hev *a, const hev *b)
@@ -573,8 +572,8 @@ bucket_of(double t)
 static void
 bkt_add(sim *s, bkt *b, hev x)
 {
-	if (b->n == b->cap && grow((void **)&b->v, &b->cap, sizeof(*b->v),
-	    b->n + 1) != 0) {
+	if (b->n == b->cap && sim_grow((void **)&b->v, &b->cap,
+	    sizeof(*b->v), b->n + 1, 16) != 0) {
 		s->fail = SG_ENOMEM;
 		return;
 	}
@@ -940,10 +939,11 @@ set_next(sim *s, size_t i)
 
 /* --- stats and reservations ------------------------------------------------ */
 
-static int
-grow(void **p, size_t *cap, size_t elem, size_t want)
+/* Grow *p (*cap elements of elem bytes) to hold want, doubling from first. */
+int
+sim_grow(void **p, size_t *cap, size_t elem, size_t want, size_t first)
 {
-	size_t n = *cap ? *cap : 16;
+	size_t n = *cap ? *cap : first;
 	void *q;
 
 	if (want <= *cap)
@@ -1002,8 +1002,8 @@ take_sample(sim *s, size_t i, double t)
 	eng_cluster(c->e, t, &smp.c);
 	if (c->pend_head > 0 && c->pend_head == c->pend_n)
 		c->pend_head = c->pend_n = 0;
-	if (grow((void **)&c->pend, &c->pend_cap, sizeof(*c->pend),
-	    c->pend_n + 1) != 0) {
+	if (sim_grow((void **)&c->pend, &c->pend_cap, sizeof(*c->pend),
+	    c->pend_n + 1, 16) != 0) {
 		s->fail = SG_ENOMEM;
 		return;
 	}
@@ -1689,8 +1689,8 @@ engine_cb(void *ctx, uint32_t handle, int event, const eng_info *info)
 			s->res->good++;
 		s->res->input_tokens += (double)info->input_tokens;
 		s->res->reused_tokens += (double)info->reused_tokens;
-		if (s->nttft == s->ttftcap && grow((void **)&s->ttft,
-		    &s->ttftcap, sizeof(*s->ttft), s->nttft + 1) != 0) {
+		if (s->nttft == s->ttftcap && sim_grow((void **)&s->ttft,
+		    &s->ttftcap, sizeof(*s->ttft), s->nttft + 1, 16) != 0) {
 			s->fail = SG_ENOMEM;
 			return;
 		}

@@ -190,6 +190,8 @@ typedef struct sim_result {
 
 /* The row of the perfect-knowledge router, or -1. */
 int	scenario_bound_row(const scenario *sc);
+int	sim_grow(void **p, size_t *cap, size_t elem, size_t want,
+	    size_t first);
 
 /*
  * Read and check a scenario file (strict JSON: unknown fields and wrong

@@ -104,23 +104,6 @@ typedef struct loader {
 	size_t		 tabcap;
 } loader;
 
-static int
-grow_to(void **p, size_t *cap, size_t elem, size_t want)
-{
-	size_t n = *cap ? *cap : 64;
-	void *q;
-
-	if (want <= *cap)
-		return 0;
-	while (n < want)
-		n *= 2;
-	if ((q = realloc(*p, n * elem)) == NULL)
-		return SG_ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 static uint64_t
 fnv(const char *s, size_t n)
 {
@@ -175,10 +158,10 @@ session_of(loader *l, const char *id, size_t n, double t, size_t line,
 		h = (h + 1) & (l->tabcap - 1);
 	}
 	k = tr->nsess;
-	if (grow_to((void **)&tr->strings, &l->strcap, 1, l->strlen_ + n +
-	    1) != 0 ||
-	    grow_to((void **)&l->stroff, &l->sesscap, sizeof(size_t),
-	    k + 1) != 0)
+	if (sim_grow((void **)&tr->strings, &l->strcap, 1, l->strlen_ + n +
+	    1, 64) != 0 ||
+	    sim_grow((void **)&l->stroff, &l->sesscap, sizeof(size_t),
+	    k + 1, 64) != 0)
 		return SIZE_MAX;
 	/* The other per-session arrays follow sesscap. */
 	{
@@ -372,8 +355,8 @@ load_line(loader *l, scenario *sc, const char *path, size_t line,
 	}
 	l->last_turn[si] = (uint32_t)turn;
 	q.sess = (uint32_t)si;
-	if (grow_to((void **)&tr->req, &l->reqcap, sizeof(*tr->req),
-	    tr->nreq + 1) != 0) {
+	if (sim_grow((void **)&tr->req, &l->reqcap, sizeof(*tr->req),
+	    tr->nreq + 1, 64) != 0) {
 		rc = sg_seterr(err, SG_ENOMEM, "out of memory");
 		goto out;
 	}

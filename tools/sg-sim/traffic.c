@@ -28,23 +28,6 @@
 
 #define TR_MAX_TURNS	(1u << 28)	/* 4 GiB of turns: draw live past it */
 
-static int
-tr_grow(void **p, size_t *cap, size_t elem, size_t want)
-{
-	size_t n = *cap ? *cap : 1024;
-	void *q;
-
-	if (want <= *cap)
-		return 0;
-	while (n < want)
-		n *= 2;
-	if ((q = realloc(*p, n * elem)) == NULL)
-		return SG_ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 /* Whether every size fits the table's 32 bits. */
 static bool
 tr_fits(const sim_sessions *ss)
@@ -65,8 +48,8 @@ tr_session(sim_traffic *tr, const scenario *sc, uint32_t id, size_t *tcap)
 
 	if (tr->nturn + turns > TR_MAX_TURNS)
 		return SG_ERANGE;
-	if (tr_grow((void **)&tr->turn, tcap, sizeof(*tr->turn),
-	    tr->nturn + turns) != 0)
+	if (sim_grow((void **)&tr->turn, tcap, sizeof(*tr->turn),
+	    tr->nturn + turns, 1024) != 0)
 		return SG_ENOMEM;
 	tr->cls[id] = (uint8_t)sim_draw_class(sc, id);
 	for (k = 1; k <= turns; k++) {
@@ -92,11 +75,12 @@ tr_build(sim_traffic *tr, const scenario *sc)
 		t = sim_next_arrival(sc, &arr, t);
 		if (tr->nsess >= UINT32_MAX - 1)
 			return SG_ERANGE;
-		if (tr_grow((void **)&tr->arrive, &acap, sizeof(*tr->arrive),
-		    tr->nsess + 1) != 0 || tr_grow((void **)&tr->first, &fcap,
-		    sizeof(*tr->first), tr->nsess + 1) != 0 ||
-		    tr_grow((void **)&tr->cls, &ccap, sizeof(*tr->cls),
-		    tr->nsess + 1) != 0)
+		if (sim_grow((void **)&tr->arrive, &acap,
+		    sizeof(*tr->arrive), tr->nsess + 1, 1024) != 0 ||
+		    sim_grow((void **)&tr->first, &fcap, sizeof(*tr->first),
+		    tr->nsess + 1, 1024) != 0 ||
+		    sim_grow((void **)&tr->cls, &ccap, sizeof(*tr->cls),
+		    tr->nsess + 1, 1024) != 0)
 			return SG_ENOMEM;
 		tr->arrive[tr->nsess] = t;
 		tr->first[tr->nsess] = (uint32_t)tr->nturn;
