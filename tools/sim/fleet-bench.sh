@@ -66,6 +66,10 @@ if [ $# -eq 2 ]; then
 	    print v[int((NR + 1) / 2)] }')
 	m2=$(sort -n "$tmp/user.2" | awk '{ v[NR] = $1 } END {
 	    print v[int((NR + 1) / 2)] }')
-	awk -v a="$m1" -v b="$m2" 'BEGIN { if (b > 0)
-	    printf "ratio bin 1 / bin 2: %.2f\n", a / b }'
+	# /usr/bin/time counts in hundredths: a median of 0.00 has no ratio,
+	# and the line says so rather than being left out.
+	awk -v a="$m1" -v b="$m2" 'BEGIN { if (a > 0 && b > 0)
+	    printf "ratio bin 1 / bin 2: %.2f\n", a / b
+	    else printf "ratio bin 1 / bin 2: none (a median below 0.01 s;" \
+	    " use a longer scenario)\n" }'
 fi
