@@ -858,8 +858,34 @@ usage(FILE *fp)
 	    "                      [--json]\n");
 }
 
-int
-bench_store_main(int argc, char *argv[])
+/* Every run's figures, and the medians the report prints. */
+struct runs {
+	double		 l_ours50[MAXRUNS], l_ours99[MAXRUNS];
+	double		 l_raw50[MAXRUNS], l_raw99[MAXRUNS], l_ratio[MAXRUNS];
+	double		 w_rate[MAXRUNS], w_enq[MAXRUNS];
+	double		 s_rate[MAXRUNS], s_raw[MAXRUNS], s_plain[MAXRUNS];
+	double		 s_ratio[MAXRUNS], s_pratio[MAXRUNS];
+	unsigned	 sync_batch;
+	struct redis_res rr;
+	struct pct	 rb;
+	bool		 have_redis, have_backend;
+};
+
+struct summary {
+	double	o50, o99, r50, r99, lr, wr, we, sr, sraw, splain, sratio,
+		spratio, smin, smax, pmin, pmax, cv[12];
+};
+
+/* The keys every phase draws from, and the per-operation timing buffers. */
+struct keyset {
+	char		(*keys)[SG_LC_KEY_LEN + 1];
+	unsigned char	(*digests)[SGI_DIGEST_LEN];
+	uint32_t	*order, *ns, *ns2;
+};
+
+/* Parses argv into o; returns -1 to go on, else the exit status. */
+static int
+parse_opts(int argc, char *argv[], struct opts *o)
 {
 	enum { O_ENTRIES = 256, O_LOOKUPS, O_WRITES, O_SYNCW, O_RUNS, O_DIR,
 	    O_REDIS, O_NOREDIS, O_JSON, O_HELP, O_BATCH };
@@ -877,25 +903,7 @@ bench_store_main(int argc, char *argv[])
 		{ "help",	no_argument,		NULL,	O_HELP },
 		{ NULL,		0,			NULL,	0 }
 	};
-	struct opts o = { 100000, 200000, 200000, 50000, 5, NULL, NULL,
-	    false, false };
-	char (*keys)[SG_LC_KEY_LEN + 1] = NULL;
-	unsigned char (*digests)[SGI_DIGEST_LEN] = NULL;
-	uint32_t *order = NULL, *ns = NULL, *ns2 = NULL;
-	char base[] = "/tmp/sg-bench-store-XXXXXX", path[512], rawpath[512];
-	double l_ours50[MAXRUNS], l_ours99[MAXRUNS], l_raw50[MAXRUNS],
-	    l_raw99[MAXRUNS], l_ratio[MAXRUNS], w_rate[MAXRUNS], w_enq[MAXRUNS],
-	    s_rate[MAXRUNS], s_raw[MAXRUNS], s_plain[MAXRUNS],
-	    s_ratio[MAXRUNS], s_pratio[MAXRUNS], cv[12];
-	struct redis_res rr;
-	struct pct rb = { 0, 0, 0 };
-	bool have_backend = false;
-	unsigned saved_batch, sync_batch;
-	bool have_redis = false;
-	uint64_t total, i, seed = 7;
-	sg_store *s = NULL;
-	int ch, run, rc = 0, status = EX_SOFTWARE;
-	pid_t rpid = -1;
+	int ch;
 
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -909,22 +917,22 @@ bench_store_main(int argc, char *argv[])
 			return EX_USAGE;
 		}
 		switch (ch) {
-		case O_ENTRIES:	o.entries = v; break;
-		case O_LOOKUPS:	o.lookups = v; break;
-		case O_WRITES:	o.writes = v; break;
-		case O_SYNCW:	o.sync_writes = v; break;
+		case O_ENTRIES:	o->entries = v; break;
+		case O_LOOKUPS:	o->lookups = v; break;
+		case O_WRITES:	o->writes = v; break;
+		case O_SYNCW:	o->sync_writes = v; break;
 		case O_RUNS:
 			if (v > MAXRUNS) {
 				fprintf(stderr, "sg-bench store: at most %d "
 				    "runs\n", MAXRUNS);
 				return EX_USAGE;
 			}
-			o.runs = (int)v;
+			o->runs = (int)v;
 			break;
-		case O_DIR:	o.dir = optarg; break;
-		case O_REDIS:	o.redis = optarg; break;
-		case O_NOREDIS:	o.no_redis = true; break;
-		case O_JSON:	o.json = true; break;
+		case O_DIR:	o->dir = optarg; break;
+		case O_REDIS:	o->redis = optarg; break;
+		case O_NOREDIS:	o->no_redis = true; break;
+		case O_JSON:	o->json = true; break;
 		case O_BATCH:	batch_opt = (unsigned)v; break;
 		case 'h':
 		case O_HELP:
@@ -939,6 +947,314 @@ bench_store_main(int argc, char *argv[])
 		usage(stderr);
 		return EX_USAGE;
 	}
+	return -1;
+}
+
+static void
+keyset_free(struct keyset *k)
+{
+	free(k->keys);
+	free(k->digests);
+	free(k->order);
+	free(k->ns);
+	free(k->ns2);
+}
+
+/*
+ * Keys: the populated ones, then fresh ones for every write run; the
+ * digests of the populated ones, and the lookup order over them.
+ */
+static int
+keyset_make(const struct opts *o, struct keyset *k)
+{
+	uint64_t total, i, seed = 7;
+
+	total = o->entries + (uint64_t)o->runs * (o->writes + o->sync_writes);
+	k->keys = malloc(total * sizeof(*k->keys));
+	k->digests = malloc(o->entries * sizeof(*k->digests));
+	k->order = malloc(o->lookups * sizeof(*k->order));
+	k->ns = malloc((o->lookups > total ? o->lookups : total) *
+	    sizeof(*k->ns));
+	k->ns2 = malloc(o->lookups * sizeof(*k->ns2));
+	if (k->keys == NULL || k->digests == NULL || k->order == NULL ||
+	    k->ns == NULL || k->ns2 == NULL) {
+		fprintf(stderr, "sg-bench store: out of memory\n");
+		return -1;
+	}
+	for (i = 0; i < total; i++)
+		key_of(k->keys[i], i);
+	for (i = 0; i < o->entries; i++) {
+		sgi_lckey lk;
+
+		sgi_lckey_parse(&lk, k->keys[i], SG_LC_KEY_LEN);
+		memcpy(k->digests[i], lk.digest, SGI_DIGEST_LEN);
+	}
+	for (i = 0; i < o->lookups; i++)
+		k->order[i] = (uint32_t)(mix(&seed) % o->entries);
+	return 0;
+}
+
+/* Lookups: one store of o->entries entries and a copy for the raw loop. */
+static int
+lookup_phase(const struct opts *o, const struct keyset *k, struct runs *r)
+{
+	char path[512], rawpath[512];
+	sg_store *s = NULL;
+	int run;
+
+	snprintf(path, sizeof(path), "%s/lookup", o->dir);
+	snprintf(rawpath, sizeof(rawpath), "%s/lookup-raw", o->dir);
+	if (store_open(&s, path, false, UINT64_MAX) != 0 ||
+	    put_all(s, k->keys, 0, o->entries, NULL) != 0) {
+		sg_store_close(s);
+		return -1;
+	}
+	sg_store_close(s);
+	if (copy_env(path, rawpath) != 0)
+		return -1;
+	for (run = 0; run < o->runs; run++) {
+		struct pct po, pr;
+
+		if (lookup_run(path, rawpath, k->keys, k->digests, k->order,
+		    o->lookups, k->ns, k->ns2, &po, &pr) != 0)
+			return -1;
+		r->l_ours50[run] = po.p50;
+		r->l_ours99[run] = po.p99;
+		r->l_raw50[run] = pr.p50;
+		r->l_raw99[run] = pr.p99;
+		r->l_ratio[run] = po.p50 / pr.p50;
+	}
+	return 0;
+}
+
+/* Writes: new keys into a full store (each write evicts one). */
+static int
+write_phase(const struct opts *o, const struct keyset *k, struct runs *r)
+{
+	char path[512];
+	sg_store *s = NULL;
+	int run, rc = -1;
+
+	for (run = 0; run < o->runs; run++) {
+		uint64_t from = o->entries + (uint64_t)run * o->writes, t0;
+
+		snprintf(path, sizeof(path), "%s/write%d", o->dir, run);
+		if (store_open(&s, path, false, o->entries) != 0 ||
+		    put_all(s, k->keys, 0, o->entries, NULL) != 0)
+			goto out;
+		t0 = now_ns();
+		if (put_all(s, k->keys, from, from + o->writes, k->ns) != 0)
+			goto out;
+		r->w_rate[run] = (double)o->writes /
+		    ((double)(now_ns() - t0) / 1e9);
+		r->w_enq[run] = percentiles(k->ns, o->writes).p50;
+		sg_store_close(s);
+		s = NULL;
+		rm_rf(path);
+	}
+	rc = 0;
+out:
+	sg_store_close(s);
+	return rc;
+}
+
+/*
+ * Durable writes at equal batches B (--batch, or 1000): the store with
+ * --sync and batch_max B, raw LMDB with B writes per durable transaction in
+ * the store's layout and in one plain database.  Each side prefilled to
+ * o->entries in the default mode first (untimed), each on its own
+ * environment; the order of the three rotates from round to round.
+ */
+static int
+sync_phase(const struct opts *o, const struct keyset *k, struct runs *r)
+{
+	unsigned saved_batch = batch_opt;
+	int run, side, rc = 0;
+
+	r->sync_batch = batch_opt > 0 ? batch_opt : 1000;
+	batch_opt = r->sync_batch;
+	for (run = 0; rc == 0 && run < o->runs; run++) {
+		for (side = 0; rc == 0 && side < 3; side++) {
+			int which = (side + run) % 3;
+
+			rc = sync_round(o, k->keys, run, which, r->sync_batch,
+			    which == 0 ? &r->s_rate[run] : which == 1 ?
+			    &r->s_raw[run] : &r->s_plain[run]);
+		}
+		r->s_ratio[run] = r->s_rate[run] / r->s_raw[run];
+		r->s_pratio[run] = r->s_rate[run] / r->s_plain[run];
+	}
+	batch_opt = saved_batch;
+	return rc;
+}
+
+/* host:port from --redis into host and *port (left -1 when unusable). */
+static void
+redis_addr(const char *arg, char *host, size_t hostsz, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	uint64_t v;
+
+	if (colon == NULL || (size_t)(colon - arg) >= hostsz)
+		return;
+	memcpy(host, arg, (size_t)(colon - arg));
+	host[colon - arg] = '\0';
+	if (sg_parse_u64(colon + 1, strlen(colon + 1), 65535, &v) == 0 &&
+	    v > 0)
+		*port = (int)v;
+}
+
+/*
+ * Redis, one synchronous client: the server named by --redis, or one
+ * started here on a free loopback port (its pid in *rpid, stopped by the
+ * caller).  No server is not an error: the baseline is left out.
+ */
+static void
+redis_phase(const struct opts *o, const struct keyset *k, struct runs *r,
+    pid_t *rpid)
+{
+	redisContext *c = NULL;
+	char host[256] = "127.0.0.1";
+	int port = -1;
+
+	if (o->redis != NULL)
+		redis_addr(o->redis, host, sizeof(host), &port);
+	else if ((port = free_port()) > 0)
+		*rpid = redis_start(port);
+	if (port > 0)
+		c = redis_connect(host, port);
+	if (c == NULL) {
+		fprintf(stderr, "sg-bench store: no redis-server (%s); "
+		    "skipping the Redis baseline\n", o->redis != NULL ?
+		    o->redis : "is it installed?");
+		return;
+	}
+	r->have_redis = redis_bench(c, k->keys, o->entries, k->order,
+	    o->lookups, k->ns, &r->rr) == 0;
+	redisFree(c);
+	if (r->have_redis)
+		r->have_backend = redis_backend_bench(host, port, k->keys,
+		    o->entries, k->order, o->lookups, k->ns, &r->rb) == 0;
+}
+
+static void
+summarise(const struct opts *o, const struct runs *r, struct summary *m)
+{
+	int n = o->runs;
+
+	m->o50 = median(r->l_ours50, n, &m->cv[0]);
+	m->o99 = median(r->l_ours99, n, &m->cv[1]);
+	m->r50 = median(r->l_raw50, n, &m->cv[2]);
+	m->r99 = median(r->l_raw99, n, &m->cv[3]);
+	m->lr = median(r->l_ratio, n, &m->cv[7]);
+	m->wr = median(r->w_rate, n, &m->cv[4]);
+	m->we = median(r->w_enq, n, NULL);
+	m->sr = median(r->s_rate, n, &m->cv[5]);
+	m->sraw = median(r->s_raw, n, &m->cv[6]);
+	m->splain = median(r->s_plain, n, &m->cv[8]);
+	m->sratio = median(r->s_ratio, n, &m->cv[9]);
+	m->spratio = median(r->s_pratio, n, &m->cv[10]);
+	minmax(r->s_ratio, n, &m->smin, &m->smax);
+	minmax(r->s_pratio, n, &m->pmin, &m->pmax);
+}
+
+static void
+report_json(const struct opts *o, const struct runs *r,
+    const struct summary *m)
+{
+	printf("{\"entries\":%llu,\"runs\":%d,"
+	    "\"lookup\":{\"p50_ns\":%.0f,\"p99_ns\":%.0f,"
+	    "\"raw_p50_ns\":%.0f,\"raw_p99_ns\":%.0f,"
+	    "\"p50_ratio\":%.3f},"
+	    "\"write\":{\"per_s\":%.0f,\"enqueue_p50_ns\":%.0f},"
+	    "\"sync\":{\"per_s\":%.0f,\"raw_per_s\":%.0f,"
+	    "\"ratio\":%.3f,\"ratio_min\":%.3f,"
+	    "\"ratio_max\":%.3f,\"raw_plain_per_s\":%.0f,"
+	    "\"plain_ratio\":%.3f,\"plain_ratio_min\":%.3f,"
+	    "\"plain_ratio_max\":%.3f,\"batch\":%u}",
+	    (unsigned long long)o->entries, o->runs, m->o50, m->o99, m->r50,
+	    m->r99, m->lr, m->wr, m->we, m->sr, m->sraw, m->sratio, m->smin,
+	    m->smax, m->splain, m->spratio, m->pmin, m->pmax, r->sync_batch);
+	if (r->have_redis)
+		printf(",\"redis\":{\"get_p50_ns\":%.0f,"
+		    "\"get_p99_ns\":%.0f,\"set_p50_ns\":%.0f,"
+		    "\"set_p99_ns\":%.0f,\"get_per_s\":%.0f,"
+		    "\"set_per_s\":%.0f}", r->rr.get.p50,
+		    r->rr.get.p99, r->rr.set.p50, r->rr.set.p99,
+		    r->rr.get_rate, r->rr.set_rate);
+	if (r->have_backend)
+		printf(",\"redis_backend\":{\"get_p50_ns\":%.0f,"
+		    "\"get_p99_ns\":%.0f,\"p50_ratio\":%.3f}",
+		    r->rb.p50, r->rb.p99, r->rb.p50 / r->rr.get.p50);
+	printf("}\n");
+}
+
+static void
+report_redis(const struct runs *r, const struct summary *m)
+{
+	printf("redis    GET  p50 %7.0f ns  p99 %7.0f ns  %8.0f/s (one "
+	    "client)\n", r->rr.get.p50, r->rr.get.p99, r->rr.get_rate);
+	printf("redis    SET  p50 %7.0f ns  p99 %7.0f ns  %8.0f/s (one "
+	    "client)\n", r->rr.set.p50, r->rr.set.p99, r->rr.set_rate);
+	printf("redis    GET p50 / store lookup p50: %.1fx\n",
+	    r->rr.get.p50 / m->o50);
+	if (r->have_backend)
+		printf("redis    backend lookup p50 %7.0f ns  p99 %7.0f ns  "
+		    "ratio p50 %.2fx to the raw GET (goal <= 1.20)\n",
+		    r->rb.p50, r->rb.p99, r->rb.p50 / r->rr.get.p50);
+}
+
+static void
+report_text(const struct opts *o, const struct runs *r,
+    const struct summary *m)
+{
+	printf("# %llu entries, %llu lookups and %llu writes (%llu durable) "
+	    "per run, median of %d runs (cv in brackets)\n",
+	    (unsigned long long)o->entries, (unsigned long long)o->lookups,
+	    (unsigned long long)o->writes,
+	    (unsigned long long)o->sync_writes, o->runs);
+	printf("lookup   sg_store_lookup   p50 %7.0f ns [%.2f]  "
+	    "p99 %7.0f ns [%.2f]\n", m->o50, m->cv[0], m->o99, m->cv[1]);
+	printf("lookup   raw renew/get/reset p50 %5.0f ns [%.2f]  "
+	    "p99 %7.0f ns [%.2f]\n", m->r50, m->cv[2], m->r99, m->cv[3]);
+	printf("lookup   ratio p50 %.2fx [%.2f] (goal <= 1.30, "
+	    "median of per-run ratios), p99 %.2f us (goal < 10)\n",
+	    m->lr, m->cv[7], m->o99 / 1000);
+	printf("write    group commit      %9.0f writes/s [%.2f] "
+	    "(goal > 100000), enqueue p50 %.0f ns\n", m->wr, m->cv[4], m->we);
+	printf("sync     group commit      %9.0f writes/s [%.2f]\n",
+	    m->sr, m->cv[5]);
+	printf("sync     raw, store layout %9.0f writes/s [%.2f] "
+	    "(%u per durable txn)\n", m->sraw, m->cv[6], r->sync_batch);
+	printf("sync     raw, one put      %9.0f writes/s [%.2f] "
+	    "(%u per durable txn)\n", m->splain, m->cv[8], r->sync_batch);
+	printf("sync     ratio to raw layout %.2fx (%.2f..%.2f) at "
+	    "equal batches of %u (goal >= 0.90)\n", m->sratio, m->smin,
+	    m->smax, r->sync_batch);
+	printf("sync     ratio to raw one put %.2fx (%.2f..%.2f)\n",
+	    m->spratio, m->pmin, m->pmax);
+	printf("sync     the store's commits: %.1f writes each on average "
+	    "(at most %u)\n", sync_commits > 0 ? (double)o->sync_writes *
+	    o->runs / (double)sync_commits : 0.0, r->sync_batch);
+	if (r->have_redis)
+		report_redis(r, m);
+}
+
+int
+bench_store_main(int argc, char *argv[])
+{
+	struct opts o = { 100000, 200000, 200000, 50000, 5, NULL, NULL,
+	    false, false };
+	char base[] = "/tmp/sg-bench-store-XXXXXX";
+	struct keyset k = { NULL, NULL, NULL, NULL, NULL };
+	struct runs r;
+	struct summary m;
+	int status = EX_SOFTWARE;
+	pid_t rpid = -1;
+
+	if ((status = parse_opts(argc, argv, &o)) != -1)
+		return status;
+	status = EX_SOFTWARE;
 	signal(SIGPIPE, SIG_IGN);
 	if (o.dir == NULL) {
 		if (mkdtemp(base) == NULL) {
@@ -947,248 +1263,29 @@ bench_store_main(int argc, char *argv[])
 		}
 		o.dir = base;
 	}
-	/* Keys: the populated ones, then fresh ones for every write run. */
-	total = o.entries + (uint64_t)o.runs * (o.writes + o.sync_writes);
-	keys = malloc(total * sizeof(*keys));
-	digests = malloc(o.entries * sizeof(*digests));
-	order = malloc(o.lookups * sizeof(*order));
-	ns = malloc((o.lookups > total ? o.lookups : total) * sizeof(*ns));
-	ns2 = malloc(o.lookups * sizeof(*ns2));
-	if (keys == NULL || digests == NULL || order == NULL || ns == NULL ||
-	    ns2 == NULL) {
-		fprintf(stderr, "sg-bench store: out of memory\n");
+	memset(&r, 0, sizeof(r));
+	if (keyset_make(&o, &k) != 0)
 		goto out;
-	}
-	for (i = 0; i < total; i++)
-		key_of(keys[i], i);
-	for (i = 0; i < o.entries; i++) {
-		sgi_lckey k;
-
-		sgi_lckey_parse(&k, keys[i], SG_LC_KEY_LEN);
-		memcpy(digests[i], k.digest, SGI_DIGEST_LEN);
-	}
-	for (i = 0; i < o.lookups; i++)
-		order[i] = (uint32_t)(mix(&seed) % o.entries);
-
 	if (!o.json)
 		machine();
-
-	/* Lookups: one store of o.entries entries and a copy for the raw loop. */
-	snprintf(path, sizeof(path), "%s/lookup", o.dir);
-	snprintf(rawpath, sizeof(rawpath), "%s/lookup-raw", o.dir);
-	if (store_open(&s, path, false, UINT64_MAX) != 0 ||
-	    put_all(s, keys, 0, o.entries, NULL) != 0)
+	if (lookup_phase(&o, &k, &r) != 0 || write_phase(&o, &k, &r) != 0 ||
+	    sync_phase(&o, &k, &r) != 0)
 		goto out;
-	sg_store_close(s);
-	s = NULL;
-	if (copy_env(path, rawpath) != 0)
-		goto out;
-	for (run = 0; run < o.runs; run++) {
-		struct pct po, pr;
-
-		if (lookup_run(path, rawpath, keys, digests, order, o.lookups,
-		    ns, ns2, &po, &pr) != 0)
-			goto out;
-		l_ours50[run] = po.p50;
-		l_ours99[run] = po.p99;
-		l_raw50[run] = pr.p50;
-		l_raw99[run] = pr.p99;
-		l_ratio[run] = po.p50 / pr.p50;
-	}
-
-	/* Writes: new keys into a full store (each write evicts one). */
-	for (run = 0; run < o.runs; run++) {
-		uint64_t from = o.entries + (uint64_t)run * o.writes, t0;
-		struct pct pe;
-
-		snprintf(path, sizeof(path), "%s/write%d", o.dir, run);
-		if (store_open(&s, path, false, o.entries) != 0 ||
-		    put_all(s, keys, 0, o.entries, NULL) != 0)
-			goto out;
-		t0 = now_ns();
-		if (put_all(s, keys, from, from + o.writes, ns) != 0)
-			goto out;
-		w_rate[run] = (double)o.writes / ((double)(now_ns() - t0) / 1e9);
-		pe = percentiles(ns, o.writes);
-		w_enq[run] = pe.p50;
-		sg_store_close(s);
-		s = NULL;
-		rm_rf(path);
-	}
-
-	/*
-	 * Durable writes at equal batches B (--batch, or 1000): the store with
-	 * --sync and batch_max B, raw LMDB with B writes per durable
-	 * transaction in the store's layout and in one plain database.  Each
-	 * side prefilled to o.entries in the default mode first (untimed),
-	 * each on its own environment; the order of the three rotates from
-	 * round to round.
-	 */
-	sync_batch = batch_opt > 0 ? batch_opt : 1000;
-	saved_batch = batch_opt;
-	batch_opt = sync_batch;
-	for (run = 0; run < o.runs; run++) {
-		int side;
-
-		for (side = 0; side < 3; side++) {
-			int which = (side + run) % 3;
-
-			if (sync_round(&o, keys, run, which, sync_batch,
-			    which == 0 ? &s_rate[run] : which == 1 ?
-			    &s_raw[run] : &s_plain[run]) != 0)
-				goto out;
-		}
-		s_ratio[run] = s_rate[run] / s_raw[run];
-		s_pratio[run] = s_rate[run] / s_plain[run];
-	}
-	batch_opt = saved_batch;
-
-	/* Redis, one synchronous client. */
-	if (!o.no_redis) {
-		redisContext *c = NULL;
-		char host[256] = "127.0.0.1";
-		int port = -1;
-
-		if (o.redis != NULL) {
-			const char *colon = strrchr(o.redis, ':');
-
-			if (colon != NULL && (size_t)(colon - o.redis) <
-			    sizeof(host)) {
-				memcpy(host, o.redis, (size_t)(colon - o.redis));
-				uint64_t v;
-
-				host[colon - o.redis] = '\0';
-				if (sg_parse_u64(colon + 1, strlen(colon + 1),
-				    65535, &v) == 0 && v > 0)
-					port = (int)v;
-			}
-		} else if ((port = free_port()) > 0)
-			rpid = redis_start(port);
-		if (port > 0)
-			c = redis_connect(host, port);
-		if (c == NULL)
-			fprintf(stderr, "sg-bench store: no redis-server (%s); "
-			    "skipping the Redis baseline\n", o.redis != NULL ?
-			    o.redis : "is it installed?");
-		else {
-			rc = redis_bench(c, keys, o.entries, order, o.lookups,
-			    ns, &rr);
-			have_redis = rc == 0;
-			redisFree(c);
-			if (have_redis)
-				have_backend = redis_backend_bench(host, port,
-				    keys, o.entries, order, o.lookups, ns,
-				    &rb) == 0;
-		}
-	}
-
-	{
-		double o50 = median(l_ours50, o.runs, &cv[0]);
-		double o99 = median(l_ours99, o.runs, &cv[1]);
-		double r50 = median(l_raw50, o.runs, &cv[2]);
-		double r99 = median(l_raw99, o.runs, &cv[3]);
-		double lr = median(l_ratio, o.runs, &cv[7]);
-		double wr = median(w_rate, o.runs, &cv[4]);
-		double we = median(w_enq, o.runs, NULL);
-		double sr = median(s_rate, o.runs, &cv[5]);
-		double sraw = median(s_raw, o.runs, &cv[6]);
-		double splain = median(s_plain, o.runs, &cv[8]);
-		double sratio = median(s_ratio, o.runs, &cv[9]);
-		double spratio = median(s_pratio, o.runs, &cv[10]);
-		double smin, smax, pmin, pmax;
-
-		minmax(s_ratio, o.runs, &smin, &smax);
-		minmax(s_pratio, o.runs, &pmin, &pmax);
-
-		if (o.json) {
-			printf("{\"entries\":%llu,\"runs\":%d,"
-			    "\"lookup\":{\"p50_ns\":%.0f,\"p99_ns\":%.0f,"
-			    "\"raw_p50_ns\":%.0f,\"raw_p99_ns\":%.0f,"
-			    "\"p50_ratio\":%.3f},"
-			    "\"write\":{\"per_s\":%.0f,\"enqueue_p50_ns\":%.0f},"
-			    "\"sync\":{\"per_s\":%.0f,\"raw_per_s\":%.0f,"
-			    "\"ratio\":%.3f,\"ratio_min\":%.3f,"
-			    "\"ratio_max\":%.3f,\"raw_plain_per_s\":%.0f,"
-			    "\"plain_ratio\":%.3f,\"plain_ratio_min\":%.3f,"
-			    "\"plain_ratio_max\":%.3f,\"batch\":%u}",
-			    (unsigned long long)o.entries, o.runs, o50, o99, r50,
-			    r99, lr, wr, we, sr, sraw, sratio, smin, smax, splain,
-			    spratio, pmin, pmax, sync_batch);
-			if (have_redis)
-				printf(",\"redis\":{\"get_p50_ns\":%.0f,"
-				    "\"get_p99_ns\":%.0f,\"set_p50_ns\":%.0f,"
-				    "\"set_p99_ns\":%.0f,\"get_per_s\":%.0f,"
-				    "\"set_per_s\":%.0f}", rr.get.p50,
-				    rr.get.p99, rr.set.p50, rr.set.p99,
-				    rr.get_rate, rr.set_rate);
-			if (have_backend)
-				printf(",\"redis_backend\":{\"get_p50_ns\":%.0f,"
-				    "\"get_p99_ns\":%.0f,\"p50_ratio\":%.3f}",
-				    rb.p50, rb.p99, rb.p50 / rr.get.p50);
-			printf("}\n");
-		} else {
-			printf("# %llu entries, %llu lookups and %llu writes "
-			    "(%llu durable) per run, median of %d runs "
-			    "(cv in brackets)\n",
-			    (unsigned long long)o.entries,
-			    (unsigned long long)o.lookups,
-			    (unsigned long long)o.writes,
-			    (unsigned long long)o.sync_writes, o.runs);
-			printf("lookup   sg_store_lookup   p50 %7.0f ns [%.2f]  "
-			    "p99 %7.0f ns [%.2f]\n", o50, cv[0], o99, cv[1]);
-			printf("lookup   raw renew/get/reset p50 %5.0f ns [%.2f]  "
-			    "p99 %7.0f ns [%.2f]\n", r50, cv[2], r99, cv[3]);
-			printf("lookup   ratio p50 %.2fx [%.2f] (goal <= 1.30, "
-			    "median of per-run ratios), p99 %.2f us (goal < 10)\n",
-			    lr, cv[7], o99 / 1000);
-			printf("write    group commit      %9.0f writes/s [%.2f] "
-			    "(goal > 100000), enqueue p50 %.0f ns\n", wr, cv[4],
-			    we);
-			printf("sync     group commit      %9.0f writes/s [%.2f]\n",
-			    sr, cv[5]);
-			printf("sync     raw, store layout %9.0f writes/s [%.2f] "
-			    "(%u per durable txn)\n", sraw, cv[6], sync_batch);
-			printf("sync     raw, one put      %9.0f writes/s [%.2f] "
-			    "(%u per durable txn)\n", splain, cv[8], sync_batch);
-			printf("sync     ratio to raw layout %.2fx (%.2f..%.2f) at "
-			    "equal batches of %u (goal >= 0.90)\n", sratio, smin,
-			    smax, sync_batch);
-			printf("sync     ratio to raw one put %.2fx (%.2f..%.2f)\n",
-			    spratio, pmin, pmax);
-			printf("sync     the store's commits: %.1f writes each "
-			    "on average (at most %u)\n", sync_commits > 0 ?
-			    (double)o.sync_writes * o.runs /
-			    (double)sync_commits : 0.0, sync_batch);
-			if (have_redis) {
-				printf("redis    GET  p50 %7.0f ns  p99 %7.0f ns  "
-				    "%8.0f/s (one client)\n", rr.get.p50,
-				    rr.get.p99, rr.get_rate);
-				printf("redis    SET  p50 %7.0f ns  p99 %7.0f ns  "
-				    "%8.0f/s (one client)\n", rr.set.p50,
-				    rr.set.p99, rr.set_rate);
-				printf("redis    GET p50 / store lookup p50: "
-				    "%.1fx\n", rr.get.p50 / o50);
-				if (have_backend)
-					printf("redis    backend lookup p50 %7.0f ns  "
-					    "p99 %7.0f ns  ratio p50 %.2fx to the "
-					    "raw GET (goal <= 1.20)\n", rb.p50,
-					    rb.p99, rb.p50 / rr.get.p50);
-			}
-		}
-	}
+	if (!o.no_redis)
+		redis_phase(&o, &k, &r, &rpid);
+	summarise(&o, &r, &m);
+	if (o.json)
+		report_json(&o, &r, &m);
+	else
+		report_text(&o, &r, &m);
 	status = fflush(stdout) == 0 ? EX_OK : EX_IOERR;
 out:
-	sg_store_close(s);
 	if (rpid > 0) {
 		kill(rpid, SIGTERM);
 		waitpid(rpid, NULL, 0);
 	}
 	if (o.dir == base)
 		rm_rf(base);
-	free(keys);
-	free(digests);
-	free(order);
-	free(ns);
-	free(ns2);
+	keyset_free(&k);
 	return status;
 }
