@@ -614,49 +614,42 @@ type_name(int type)
 	}
 }
 
-/*
- * Read one present field into d.  full: also apply the factory checks
- * (ranges, per-algorithm refusals).  *map receives a request_algorithms
- * object (borrowed).
- */
-static int
-set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
-    sg_algdef *d, bool full, json_t **map)
-{
-	int alg = d->algorithm;
-	uint64_t u = 0;
-	double x = 0;
-	bool b = false;
+/* A field's value, read by its type (fv_read). */
+struct fval {
+	uint64_t	u;
+	double		x;
+	bool		b;
+};
 
-	if (json_is_null(v)) {
-		if (f->nullable)
-			return 0;	/* unset, the default */
-		return cerr(p, loc, "%s: invalid type: null, expected %s",
-		    f->name, type_name(f->type));
-	}
+/* Check v against f's type and read it into *fv (v is not null). */
+static int
+fv_read(struct pctx *p, const char *loc, const struct field *f, json_t *v,
+    struct fval *fv)
+{
 	switch (f->type) {
 	case FT_BOOL:
 		if (!json_is_boolean(v))
 			goto badtype;
-		b = json_is_true(v);
+		fv->b = json_is_true(v);
 		break;
 	case FT_UINT:
 	case FT_U64:
-		if (big_value(p, v, &u))
+		if (big_value(p, v, &fv->u))
 			;	/* above INT64_MAX, exact */
 		else if (!json_is_integer(v) || json_integer_value(v) < 0)
 			goto badtype;
 		else
-			u = (uint64_t)json_integer_value(v);
-		if (f->type == FT_UINT && u > UINT_MAX)
+			fv->u = (uint64_t)json_integer_value(v);
+		if (f->type == FT_UINT && fv->u > UINT_MAX)
 			return cerr(p, loc, "%s: %llu is out of range "
-			    "(at most %u)", f->name, (unsigned long long)u,
+			    "(at most %u)", f->name, (unsigned long long)fv->u,
 			    UINT_MAX);
 		break;
 	case FT_F64:
 		if (!json_is_number(v))
 			goto badtype;
-		x = big_value(p, v, &u) ? (double)u : json_number_value(v);
+		fv->x = big_value(p, v, &fv->u) ? (double)fv->u :
+		    json_number_value(v);
 		break;
 	case FT_STR:
 	case FT_CMP:
@@ -669,112 +662,178 @@ set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
 			goto badtype;
 		break;
 	}
+	return 0;
+badtype:
+	return cerr(p, loc, "%s: expected %s", f->name, type_name(f->type));
+}
 
+static int
+set_comparator(struct pctx *p, const char *loc, json_t *v, sg_algdef *d,
+    bool full)
+{
+	const char *s = json_string_value(v);
+	size_t len = json_string_length(v);
+	char sh[LB_SHOW_MAX + 4];
+	int i;
+
+	for (i = 1; i < NCMP; i++)
+		if (memeq(s, len, cmp_names[i]))
+			break;
+	if (i == NCMP) {
+		show(sh, sizeof(sh), s, len);
+		return cerr(p, loc, "comparator: unknown comparator "
+		    "\"%s\" (expected ttft, queue-time, "
+		    "input-work-seconds, utilization or "
+		    "num-requests-queued)", sh);
+	}
+	if (full && d->algorithm == SG_ALG_PULSAR_WAW)
+		return cerr(p, loc, "comparator is not supported for "
+		    "pulsar-wait-and-widen");
+	if (d->algorithm != SG_ALG_PULSAR_WAW)
+		d->comparator = i;
+	return 0;
+}
+
+static int
+set_seed(struct pctx *p, const char *loc, json_t *v, sg_algdef *d)
+{
+	size_t len = json_string_length(v);
+
+	if (len > SG_ID_MAX)
+		return cerr(p, loc, "seed: longer than %d bytes", SG_ID_MAX);
+	memcpy(d->seed, json_string_value(v), len);
+	d->seed[len] = '\0';
+	d->seed_len = len;
+	return 0;
+}
+
+static int
+set_weight(struct pctx *p, const char *loc, json_t *v, sg_algdef *d)
+{
+	const char *s = json_string_value(v);
+	size_t len = json_string_length(v);
+	char sh[LB_SHOW_MAX + 4];
+
+	if (memeq(s, len, "max-input-tps"))
+		d->rendezvous_weight = SG_WEIGHT_MAX_INPUT_TPS;
+	else if (memeq(s, len, "last-mean-input-tps"))
+		d->rendezvous_weight = SG_WEIGHT_LAST_MEAN_INPUT_TPS;
+	else {
+		show(sh, sizeof(sh), s, len);
+		return cerr(p, loc, "rendezvous_weight: unknown weight "
+		    "\"%s\" (expected max-input-tps or "
+		    "last-mean-input-tps)", sh);
+	}
+	return 0;
+}
+
+/* The fields whose value is stored as read, without a check. */
+static bool
+set_plain(const struct field *f, const struct fval *fv, sg_algdef *d)
+{
 	switch (f->id) {
-	case FI_REQUIRE_KEY:
-		d->require_cache_affinity_key = b;
+	case FI_REQUIRE_KEY:	d->require_cache_affinity_key = fv->b; break;
+	case FI_REQUIRE_TOKENS:	d->require_input_tokens = fv->b; break;
+	case FI_WAIT:		d->affinity_wait_ms = fv->u; break;
+	case FI_BUCKET:		d->ttft_bucket_size_ms = fv->u; break;
+	case FI_MAX_QUEUED:	d->max_queued = fv->u; break;
+	case FI_IGN_QUEUE:	d->ignore_queue_time = fv->b; break;
+	case FI_IGN_PREFILL:	d->ignore_input_processing_time = fv->b; break;
+	case FI_LAST_CLUSTER:	d->last_cluster_affinity = fv->b; break;
+	case FI_N:		d->n = fv->u == 0 ? 1 : (unsigned)fv->u; break;
+	case FI_UNLOCK:		/* not range-checked */
+		d->next_bucket_unlock_factor = fv->x;
 		break;
-	case FI_REQUIRE_TOKENS:
-		d->require_input_tokens = b;
-		break;
-	case FI_MAX_WORK:
+	case FI_MAX_WORK:	/* not range-checked (ref) */
 		d->has_max_input_work = true;
-		d->max_input_work_seconds = x;	/* not range-checked (ref) */
+		d->max_input_work_seconds = fv->x;
 		break;
+	case FI_FLOOR:
+		d->has_queue_floor = true;
+		d->max_queue_time_floor_ms = fv->u;
+		break;
+	case FI_CEIL:
+		d->has_queue_ceil = true;
+		d->max_queue_time_ceil_ms = fv->u;
+		break;
+	case FI_SELECTION:
+		if (fv->u == 0)
+			d->selection_count =
+			    d->algorithm == SG_ALG_PULSAR_WAW ? 1 : 0;
+		else
+			d->selection_count = (unsigned)fv->u;
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Read one present field into d.  full: also apply the factory checks
+ * (ranges, per-algorithm refusals).  *map receives a request_algorithms
+ * object (borrowed).
+ */
+static int
+set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
+    sg_algdef *d, bool full, json_t **map)
+{
+	int alg = d->algorithm;
+	struct fval fv = { 0, 0, false };
+	int rc;
+
+	if (json_is_null(v)) {
+		if (f->nullable)
+			return 0;	/* unset, the default */
+		return cerr(p, loc, "%s: invalid type: null, expected %s",
+		    f->name, type_name(f->type));
+	}
+	if ((rc = fv_read(p, loc, f, v, &fv)) != 0)
+		return rc;
+	if (set_plain(f, &fv, d))
+		return 0;
+	switch (f->id) {
 	case FI_REQUEST_ALGS:
 		*map = v;
 		break;
 	case FI_SAMPLE_COUNT:
-		if (full && (u < 1 || u > 64))
+		if (full && (fv.u < 1 || fv.u > 64))
 			return cerr(p, loc, "power-of-n sample_count must be "
-			    "between 1 and 64, got %llu", (unsigned long long)u);
-		d->sample_count = u > 64 ? 64 : (unsigned)u;
+			    "between 1 and 64, got %llu",
+			    (unsigned long long)fv.u);
+		d->sample_count = fv.u > 64 ? 64 : (unsigned)fv.u;
 		break;
-	case FI_COMPARATOR: {
-		const char *s = json_string_value(v);
-		size_t len = json_string_length(v);
-		char sh[LB_SHOW_MAX + 4];
-		int i;
-
-		for (i = 1; i < NCMP; i++)
-			if (memeq(s, len, cmp_names[i]))
-				break;
-		if (i == NCMP) {
-			show(sh, sizeof(sh), s, len);
-			return cerr(p, loc, "comparator: unknown comparator "
-			    "\"%s\" (expected ttft, queue-time, "
-			    "input-work-seconds, utilization or "
-			    "num-requests-queued)", sh);
-		}
-		if (full && alg == SG_ALG_PULSAR_WAW)
-			return cerr(p, loc, "comparator is not supported for "
-			    "pulsar-wait-and-widen");
-		if (alg != SG_ALG_PULSAR_WAW)
-			d->comparator = i;
-		break;
-	}
-	case FI_SEED: {
-		size_t len = json_string_length(v);
-
-		if (len > SG_ID_MAX)
-			return cerr(p, loc, "seed: longer than %d bytes",
-			    SG_ID_MAX);
-		memcpy(d->seed, json_string_value(v), len);
-		d->seed[len] = '\0';
-		d->seed_len = len;
-		break;
-	}
+	case FI_COMPARATOR:
+		return set_comparator(p, loc, v, d, full);
+	case FI_SEED:
+		return set_seed(p, loc, v, d);
 	case FI_KV_FREE:
 		if (full && alg != SG_ALG_PULSAR && alg != SG_ALG_PULSAR_WAW)
 			return cerr(p, loc, "consider_kv_free_tokens is "
 			    "supported only for pulsar and "
 			    "pulsar-wait-and-widen");
-		d->consider_kv_free_tokens = b;
+		d->consider_kv_free_tokens = fv.b;
 		break;
-	case FI_WEIGHT: {
-		const char *s = json_string_value(v);
-		size_t len = json_string_length(v);
-		char sh[LB_SHOW_MAX + 4];
-
-		if (memeq(s, len, "max-input-tps"))
-			d->rendezvous_weight = SG_WEIGHT_MAX_INPUT_TPS;
-		else if (memeq(s, len, "last-mean-input-tps"))
-			d->rendezvous_weight = SG_WEIGHT_LAST_MEAN_INPUT_TPS;
-		else {
-			show(sh, sizeof(sh), s, len);
-			return cerr(p, loc, "rendezvous_weight: unknown weight "
-			    "\"%s\" (expected max-input-tps or "
-			    "last-mean-input-tps)", sh);
-		}
-		break;
-	}
+	case FI_WEIGHT:
+		return set_weight(p, loc, v, d);
 	case FI_VNODES:
 		/* Bounded like the upstream expression range: the ring holds
 		 * V entries per candidate and is rebuilt per decision. */
-		if (full && u > 1024)
+		if (full && fv.u > 1024)
 			return cerr(p, loc, "cache_affinity_virtual_nodes must "
 			    "be between 0 and 1024, got %llu",
-			    (unsigned long long)u);
-		d->virtual_nodes = u == 0 ? 1 : (unsigned)u;
-		break;
-	case FI_SELECTION:
-		if (u == 0)
-			d->selection_count = alg == SG_ALG_PULSAR_WAW ? 1 : 0;
-		else
-			d->selection_count = (unsigned)u;
-		break;
-	case FI_WAIT:
-		d->affinity_wait_ms = u;
+			    (unsigned long long)fv.u);
+		d->virtual_nodes = fv.u == 0 ? 1 : (unsigned)fv.u;
 		break;
 	case FI_SCALE:
-		if (full && !(isfinite(x) && x >= 0.0 && x <= 1.0)) {
+		if (full && !(isfinite(fv.x) && fv.x >= 0.0 && fv.x <= 1.0)) {
 			char num[40];
 
-			fmtnum(num, sizeof(num), x);
+			fmtnum(num, sizeof(num), fv.x);
 			return cerr(p, loc, "cache_affinity_input_tokens_scale "
 			    "must be between 0.0 and 1.0, got %s", num);
 		}
-		d->affinity_scale = x;
+		d->affinity_scale = fv.x;
 		break;
 	case FI_BAND:
 	case FI_FALLBACK:
@@ -783,43 +842,12 @@ set_field(struct pctx *p, const char *loc, const struct field *f, json_t *v,
 			    "pulsar-wait-and-widen", f->name);
 		if (f->id == FI_BAND) {
 			d->has_band_widen = true;
-			d->band_widen_interval_ms = u;
+			d->band_widen_interval_ms = fv.u;
 		} else
-			d->fallback_max_queued = u;
-		break;
-	case FI_FLOOR:
-		d->has_queue_floor = true;
-		d->max_queue_time_floor_ms = u;
-		break;
-	case FI_CEIL:
-		d->has_queue_ceil = true;
-		d->max_queue_time_ceil_ms = u;
-		break;
-	case FI_BUCKET:
-		d->ttft_bucket_size_ms = u;
-		break;
-	case FI_UNLOCK:
-		d->next_bucket_unlock_factor = x;	/* not range-checked */
-		break;
-	case FI_N:
-		d->n = u == 0 ? 1 : (unsigned)u;
-		break;
-	case FI_MAX_QUEUED:
-		d->max_queued = u;
-		break;
-	case FI_IGN_QUEUE:
-		d->ignore_queue_time = b;
-		break;
-	case FI_IGN_PREFILL:
-		d->ignore_input_processing_time = b;
-		break;
-	case FI_LAST_CLUSTER:
-		d->last_cluster_affinity = b;
+			d->fallback_max_queued = fv.u;
 		break;
 	}
 	return 0;
-badtype:
-	return cerr(p, loc, "%s: expected %s", f->name, type_name(f->type));
 }
 
 static int parse_ra_discard(struct pctx *, const char *, json_t *);
