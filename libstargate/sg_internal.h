@@ -90,7 +90,7 @@ sgi_free_slot(const sg_cluster *c)
  * 0 when the request is more urgent than every published key.
  */
 static inline double
-sgi_queue_ms(const sg_cluster *c, uint32_t priority)
+sgi_queue_ms_tps(const sg_cluster *c, uint32_t priority, double tps)
 {
 	double v = 0;
 	uint32_t i;
@@ -105,7 +105,29 @@ sgi_queue_ms(const sg_cluster *c, uint32_t priority)
 		}
 		return v;
 	}
-	return sgi_proc((double)c->queued_input_tokens, sgi_tps(c)) * 1000.0;
+	return sgi_proc((double)c->queued_input_tokens, tps) * 1000.0;
+}
+
+/* The same from the cluster alone (tps is read only by rule 3). */
+static inline double
+sgi_queue_ms(const sg_cluster *c, uint32_t priority)
+{
+	return sgi_queue_ms_tps(c, priority, sgi_tps(c));
+}
+
+/*
+ * sgi_prefill_ms() for a loop that has tps = sgi_tps(c) in hand and the
+ * invariant st = scale * (double)tokens hoisted: the same expression,
+ * evaluated left to right, so the same bits.
+ */
+static inline double
+sgi_prefill_ms_tps(double tps, uint64_t tokens, double st)
+{
+	if (tokens == 0)
+		return 0;
+	if (tps == 0)
+		return INFINITY;	/* even when scale == 0 */
+	return st / tps * 1000.0;
 }
 
 /* Prefill in ms at scale: 0 if tokens == 0, +inf if tps invalid. */
@@ -169,6 +191,21 @@ sgi_total_key(double a)
 
 	memcpy(&x, &a, sizeof x);
 	return x ^ (int64_t)((uint64_t)(x >> 63) >> 1);
+}
+
+/*
+ * The double whose sgi_total_key() is k, bit for bit (NaN payloads and -0
+ * included): the key keeps the sign bit, which alone decides whether the
+ * other 63 are flipped, so the same map undoes itself.
+ */
+static inline double
+sgi_total_unkey(int64_t k)
+{
+	double a;
+
+	k ^= (int64_t)((uint64_t)(k >> 63) >> 1);
+	memcpy(&a, &k, sizeof a);
+	return a;
 }
 
 /* IEEE total-order compare of doubles (-1, 0, 1). */

@@ -432,34 +432,33 @@ sort:
 }
 
 /*
- * Core selection over set[0..nset) (candidate indices) with prefill scale
- * `scale`, unlock budget e ms and queue admission max_queued.  affinity
- * marks the affinity phase (its estimates are the ones --explain shows).
+ * Step 1 of core selection, as --explain and the reference mode run it:
+ * estimates, exclusions, feasibility, queue SLO for set[0..nset), the
+ * survivors into s->idx.  Sets *lo, *hi (by total order) and *allfinite;
+ * returns the survivors' count.
  */
-static void
-core_select(struct waw *w, const size_t *set, size_t nset, double scale,
-    double e, uint64_t max_queued, bool affinity, struct core *res)
+static size_t
+est_explain(struct waw *w, const size_t *set, size_t nset, double scale,
+    uint64_t max_queued, bool affinity, double *lop, double *hip,
+    bool *allfinite)
 {
 	sgi_scratch *s = w->s;
 	const sg_algdef *d = w->d;
-	size_t *idx = s->idx, *smp = s->idx2;
-	size_t cnt = 0, unlocked, m, ns, i, j, best;
-	double lo = INFINITY, hi = -INFINITY, bv, v;
+	size_t *idx = s->idx;
+	size_t cnt = 0, i;
+	double lo = INFINITY, hi = -INFINITY;
 	int64_t kt, klo = 0, khi = 0;
-	double B = (double)d->ttft_bucket_size_ms;
-	bool allfinite = true, have_wait = false;
-	double wait = 0;
 	double *d1 = s->d1, *d3 = s->d3;
 	unsigned char *flag = s->flag;
 	const unsigned char *excl = s->excluded;
 	const sg_cluster *cls = w->cls;
 
 	/*
-	 * 1. estimates, exclusions, feasibility, queue SLO (the arrays in
-	 * locals: a store through the capacity flags, a char type, may alias
-	 * anything, so fields read through s or d would be reloaded per
-	 * candidate)
+	 * the arrays in locals: a store through the capacity flags, a char
+	 * type, may alias anything, so fields read through s or d would be
+	 * reloaded per candidate
 	 */
+	*allfinite = true;
 	for (i = 0; i < nset; i++) {
 		size_t c = set[i];
 		const sg_cluster *k = &cls[c];
@@ -498,7 +497,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 		d3[c] = q;
 		flag[c] = sgi_has_capacity(k, max_queued);
 		if (!isfinite(t))
-			allfinite = false;
+			*allfinite = false;
 		kt = sgi_total_key(t);	/* total order as integers */
 		if (cnt == 0 || kt < klo) {
 			klo = kt;
@@ -509,6 +508,140 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 			hi = t;
 		}
 		idx[cnt++] = c;
+	}
+	*lop = lo;
+	*hip = hi;
+	return cnt;
+}
+
+/* The inputs of est_fast() and its total-order keys of lo and hi. */
+struct est {
+	const size_t	*set;
+	size_t		 nset;
+	double		 st;		/* scale * (double)tokens */
+	uint64_t	 max_queued;
+	int64_t		 klo, khi;
+};
+
+/*
+ * est_explain() without --explain, the decision flags constants (each
+ * instantiation is a loop with no test of them) and only the integer keys
+ * of lo and hi tracked (branch-free minimum and maximum).  The pulsar
+ * feasibility test is sgi_pulsar_feasible() less its exclusion test,
+ * which excl[] has made; kv stands for w->pulsar and the KV test on.
+ * The same survivors, in the same order, with the same d1, d3 and flag.
+ */
+static inline __attribute__((always_inline)) size_t
+est_loop(const struct waw *w, struct est *a, bool iq, bool ip, bool kv,
+    bool slo)
+{
+	const sgi_ctx *x = w->x;
+	const sg_cluster *cls = w->cls;
+	const unsigned char *excl = w->s->excluded;
+	unsigned char *flag = w->s->flag;
+	double *d1 = w->s->d1, *d3 = w->s->d3;
+	size_t *idx = w->s->idx;
+	const size_t *set = a->set;
+	size_t i, n = a->nset, cnt = 0;
+	uint64_t tokens = w->tokens, mq = a->max_queued;
+	uint32_t prio = w->prio;
+	double st = a->st, max_q = w->max_q;
+	int64_t kt, klo = INT64_MAX, khi = INT64_MIN;
+
+	for (i = 0; i < n; i++) {
+		size_t c = set[i];
+		const sg_cluster *k = &cls[c];
+		double tps, q, t;
+
+		if (excl[c])
+			continue;
+		if (kv && sgi_pulsar_kv_room(x, c) != 0)
+			continue;
+		tps = sgi_tps(k);	/* once for the queue and the prefill */
+		q = sgi_queue_ms_tps(k, prio, tps);
+		if (slo && q > max_q)
+			continue;
+		t = k->rtt_ms;
+		if (!iq)
+			t += q;
+		if (!ip)
+			t += sgi_prefill_ms_tps(tps, tokens, st);
+		d1[c] = t;
+		d3[c] = q;
+		flag[c] = sgi_has_capacity(k, mq);
+		kt = sgi_total_key(t);
+		klo = kt < klo ? kt : klo;
+		khi = kt > khi ? kt : khi;
+		idx[cnt++] = c;
+	}
+	a->klo = klo;
+	a->khi = khi;
+	return cnt;
+}
+
+/* est_loop() instantiated for each value of the four flags. */
+static inline __attribute__((always_inline)) size_t
+est_slo(const struct waw *w, struct est *a, bool iq, bool ip, bool kv)
+{
+	return w->slo ? est_loop(w, a, iq, ip, kv, true) :
+	    est_loop(w, a, iq, ip, kv, false);
+}
+
+static inline __attribute__((always_inline)) size_t
+est_kv(const struct waw *w, struct est *a, bool iq, bool ip)
+{
+	return w->pulsar && w->d->consider_kv_free_tokens ?
+	    est_slo(w, a, iq, ip, true) : est_slo(w, a, iq, ip, false);
+}
+
+static inline __attribute__((always_inline)) size_t
+est_ip(const struct waw *w, struct est *a, bool iq)
+{
+	return w->d->ignore_input_processing_time ? est_kv(w, a, iq, true) :
+	    est_kv(w, a, iq, false);
+}
+
+static size_t
+est_fast(const struct waw *w, struct est *a)
+{
+	return w->d->ignore_queue_time ? est_ip(w, a, true) :
+	    est_ip(w, a, false);
+}
+
+/*
+ * Core selection over set[0..nset) (candidate indices) with prefill scale
+ * `scale`, unlock budget e ms and queue admission max_queued.  affinity
+ * marks the affinity phase (its estimates are the ones --explain shows).
+ */
+static void
+core_select(struct waw *w, const size_t *set, size_t nset, double scale,
+    double e, uint64_t max_queued, bool affinity, struct core *res)
+{
+	sgi_scratch *s = w->s;
+	const sg_algdef *d = w->d;
+	size_t *idx = s->idx, *smp = s->idx2;
+	size_t cnt, unlocked, m, ns, i, j, best;
+	double lo, hi, bv, v;
+	double B = (double)d->ttft_bucket_size_ms;
+	bool allfinite, have_wait = false;
+	double wait = 0;
+
+	/* 1. estimates, exclusions, feasibility, queue SLO */
+	if (w->cands != NULL || s->reference)
+		cnt = est_explain(w, set, nset, scale, max_queued, affinity,
+		    &lo, &hi, &allfinite);
+	else {
+		struct est a = { set, nset, scale * (double)w->tokens,
+		    max_queued, 0, 0 };
+
+		cnt = est_fast(w, &a);
+		lo = sgi_total_unkey(a.klo);
+		hi = sgi_total_unkey(a.khi);
+		/*
+		 * every ttft lies between lo and hi in total order, and the
+		 * finite ones are the keys strictly between -inf's and +inf's
+		 */
+		allfinite = isfinite(lo) && isfinite(hi);
 	}
 
 	/* 2. nothing, or no finite ttft */

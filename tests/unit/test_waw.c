@@ -1270,10 +1270,59 @@ test_session_promotion_follows_the_plain_rule_on_random_inputs(
 	assert_true(nret > 1000 && nprom > 500 && nprim > 500);
 }
 
+/*
+ * sgi_total_unkey() undoes sgi_total_key() bit for bit (core selection
+ * keeps only the keys of lo and hi): the special values, NaNs of either
+ * sign with payloads, both zeros, subnormals, then random bit patterns;
+ * and the keys of the special values are in total order.
+ */
+static void
+test_total_unkey_inverts_total_key_bit_for_bit(void **state)
+{
+	static const uint64_t bits[] = {
+		0, 0x8000000000000000ULL,		/* +0, -0 */
+		0x7ff0000000000000ULL, 0xfff0000000000000ULL,	/* +-inf */
+		0x7ff8000000000000ULL, 0xfff8000000000000ULL,	/* qNaN */
+		0x7ff0000000000001ULL, 0xfff0000000000001ULL,	/* sNaN */
+		0x7fffffffffffffffULL, 0xffffffffffffffffULL,
+		1, 0x8000000000000001ULL,		/* subnormals */
+		0x000fffffffffffffULL, 0x7fefffffffffffffULL,
+	};
+	static const double order[] = {
+		-INFINITY, -1e300, -1, -0.0, 0.0, 5e-324, 1, 1e300, INFINITY,
+	};
+	uint64_t x = 0x9e3779b97f4a7c15ULL, b, u;
+	double a;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bits) / sizeof(bits[0]) + 100000; i++) {
+		if (i < sizeof(bits) / sizeof(bits[0]))
+			b = bits[i];
+		else {
+			x ^= x << 13;	/* xorshift64 */
+			x ^= x >> 7;
+			x ^= x << 17;
+			b = x;
+		}
+		memcpy(&a, &b, sizeof(a));
+		a = sgi_total_unkey(sgi_total_key(a));
+		memcpy(&u, &a, sizeof(u));
+		assert_true(u == b);
+	}
+	for (i = 1; i < sizeof(order) / sizeof(order[0]); i++)
+		assert_true(sgi_total_key(order[i - 1]) <
+		    sgi_total_key(order[i]));
+	/* -NaN below everything, +NaN above */
+	assert_true(sgi_total_key(-NAN) < sgi_total_key(-INFINITY));
+	assert_true(sgi_total_key(NAN) > sgi_total_key(INFINITY));
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_total_unkey_inverts_total_key_bit_for_bit),
 		cmocka_unit_test(test_worked_check_fast_full_slow_idle),
 		cmocka_unit_test(test_worked_check_all_full_is_unavailable),
 		cmocka_unit_test(test_worked_check_affinity_wait_then_widen),
