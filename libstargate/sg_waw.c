@@ -257,7 +257,24 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 	const size_t mask = ((size_t)1 << SGI_KEY_IDX_BITS) - 1;
 	const double *t = w->s->d1;
 	size_t i, j, k, base;
+#endif
 
+	/*
+	 * the usual lists of one or two (the unlocked members with capacity):
+	 * what the insertion sort of isort() does with them, without packing
+	 */
+	if (n < 2)
+		return;
+	if (n == 2) {
+		if (cmp_ttft(w, a[1], a[0]) < 0) {
+			size_t x = a[0];
+
+			a[0] = a[1];
+			a[1] = x;
+		}
+		return;
+	}
+#if SIZE_MAX >= UINT64_MAX
 	for (i = 0; i < n; i++)
 		a[i] = (((size_t)sgi_total_key(t[a[i]]) ^ ((size_t)1 << 63)) &
 		    ~mask) | a[i];
@@ -278,7 +295,10 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 
 /* --- core selection (stargate-lb-config(5)) ------------------------------- */
 
-/* The sample comparator's value for candidate i (lower is better). */
+/*
+ * The sample comparator's value for candidate i, a survivor of step 1 of
+ * the current core selection (lower is better).
+ */
 static double
 sample_value(const struct waw *w, size_t i, double scale)
 {
@@ -286,6 +306,13 @@ sample_value(const struct waw *w, size_t i, double scale)
 
 	switch (w->cmp) {
 	case SG_CMP_TTFT:
+		/*
+		 * i passed step 1 of this core selection: with neither ignore
+		 * flag, d1 holds the same sum, in the same order, at scale
+		 */
+		if (!w->d->ignore_queue_time &&
+		    !w->d->ignore_input_processing_time)
+			return w->s->d1[i];
 		return sgi_comparator_ms(c, w->tokens, w->prio, scale);
 	case SG_CMP_QUEUE_TIME:
 	case SG_CMP_NONE:
@@ -720,7 +747,7 @@ sample:
 		smp[j] = t;
 	}
 	best = smp[0];
-	bv = sample_value(w, best, scale);
+	bv = ns > 1 ? sample_value(w, best, scale) : 0;	/* one: no compare */
 	for (i = 1; i < ns; i++) {
 		int c;
 
