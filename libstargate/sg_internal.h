@@ -57,13 +57,16 @@ sgi_snapshot_count(const sg_snapshot *s)
  * them per candidate.
  */
 
-/* tps if valid (> 0, finite) else 0. */
+/*
+ * tps if valid (> 0, finite) else 0.  Two compares (NaN fails both) cost
+ * less than isfinite()'s mask, and per-candidate loops call this.
+ */
 static inline double
 sgi_tps(const sg_cluster *c)
 {
 	double t = c->last_mean_input_tps;
 
-	return (t > 0 && isfinite(t)) ? t : 0;
+	return (t > 0 && t < INFINITY) ? t : 0;
 }
 
 /* proc(work, rate) in seconds: 0 if work == 0, +inf if rate <= 0. */
@@ -430,6 +433,7 @@ typedef struct sgi_scratch {
 	size_t		*idx;		/* index lists */
 	size_t		*idx2;
 	size_t		*order;		/* affinity order / ranking */
+	size_t		*iota;		/* 0, 1, ..., cap - 1 (read only) */
 	double		*d1, *d2, *d3;	/* per-candidate estimates */
 	unsigned char	*flag;		/* per candidate: queue capacity */
 	uint32_t	*mark;		/* generation stamps per candidate */

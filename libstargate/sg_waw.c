@@ -143,7 +143,7 @@ grow(void **p, size_t n, size_t size)
 int
 sgi_scratch_reserve(sgi_scratch *s, size_t n)
 {
-	size_t cap;
+	size_t cap, i;
 
 	if (n > s->cap) {
 		cap = s->cap != 0 ? s->cap : 8;
@@ -153,6 +153,7 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n)
 		    grow((void **)&s->idx, cap, sizeof(size_t)) != 0 ||
 		    grow((void **)&s->idx2, cap, sizeof(size_t)) != 0 ||
 		    grow((void **)&s->order, cap, sizeof(size_t)) != 0 ||
+		    grow((void **)&s->iota, cap, sizeof(size_t)) != 0 ||
 		    grow((void **)&s->d1, cap, sizeof(double)) != 0 ||
 		    grow((void **)&s->d2, cap, sizeof(double)) != 0 ||
 		    grow((void **)&s->d3, cap, sizeof(double)) != 0 ||
@@ -161,6 +162,8 @@ sgi_scratch_reserve(sgi_scratch *s, size_t n)
 			return SG_ENOMEM;
 		/* new stamps start unmarked, nothing is excluded */
 		memset(s->mark, 0, cap * sizeof(uint32_t));
+		for (i = s->cap; i < cap; i++)
+			s->iota[i] = i;		/* the set of every candidate */
 		memset(s->excluded, 0, cap);
 		s->excl_hi = 0;
 		s->mark_gen = 0;
@@ -180,6 +183,7 @@ sgi_scratch_free(sgi_scratch *s)
 	free(s->idx);
 	free(s->idx2);
 	free(s->order);
+	free(s->iota);
 	free(s->d1);
 	free(s->d2);
 	free(s->d3);
@@ -579,6 +583,7 @@ est_loop(const struct waw *w, struct est *a, bool iq, bool ip, bool kv,
 		size_t c = set[i];
 		const sg_cluster *k = &cls[c];
 		double tps, q, t;
+		bool cap;
 
 		if (excl[c])
 			continue;
@@ -593,9 +598,11 @@ est_loop(const struct waw *w, struct est *a, bool iq, bool ip, bool kv,
 			t += q;
 		if (!ip)
 			t += sgi_prefill_ms_tps(tps, tokens, st);
+		cap = sgi_has_capacity(k, mq);	/* before the stores: no
+						   reloads after them */
 		d1[c] = t;
 		d3[c] = q;
-		flag[c] = sgi_has_capacity(k, mq);
+		flag[c] = cap;
 		kt = sgi_total_key(t);
 		klo = kt < klo ? kt : klo;
 		khi = kt > khi ? kt : khi;
@@ -2244,7 +2251,7 @@ sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
 	struct plan p;
 	struct core r;
 	size_t *all = x->scratch->idx2, *group = x->scratch->order, *orig;
-	size_t i, m = 0;
+	size_t m = 0;
 	double elapsed = x->elapsed_ms, aw = 0;
 	bool have_aw = false;
 
@@ -2259,10 +2266,8 @@ sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
 			json_object_set_new(x->explain, "scale",
 			    json_real(1.0));
 		}
-		for (i = 0; i < x->n; i++)
-			group[i] = i;
-		core_select(&w, group, x->n, 1.0, elapsed, w.d->max_queued,
-		    false, &r);
+		core_select(&w, x->scratch->iota, x->n, 1.0, elapsed,
+		    w.d->max_queued, false, &r);
 		if (r.kind == CORE_SELECT)
 			out_select(&w, out, r.sel, 1, false, SG_PHASE_GLOBAL);
 		else if (r.kind == CORE_WAIT)
@@ -2305,10 +2310,8 @@ sgi_wait_and_widen(sgi_ctx *x, sg_decision *out)
 	}
 
 	/* 4. global phase over every candidate (the group included) */
-	for (i = 0; i < x->n; i++)
-		group[i] = i;	/* the group is no longer needed */
-	core_select(&w, group, x->n, 1.0, elapsed - p.x_ms, w.d->max_queued,
-	    false, &r);
+	core_select(&w, x->scratch->iota, x->n, 1.0, elapsed - p.x_ms,
+	    w.d->max_queued, false, &r);
 	if (r.kind == CORE_SELECT)
 		out_select(&w, out, r.sel, (unsigned)m + 1, false,
 		    SG_PHASE_GLOBAL);
