@@ -248,6 +248,22 @@ cmp_ttft(const struct waw *w, size_t a, size_t b)
 }
 
 /*
+ * isort(cmp_ttft) of a[0..2): its one insertion step, without its calls.
+ * Not inlined: sort_ttft()'s registers stay those of its short lists.
+ */
+static __attribute__((noinline)) void
+sort_pair(const struct waw *w, size_t *a)
+{
+	size_t x;
+
+	if (cmp_ttft(w, a[1], a[0]) < 0) {
+		x = a[0];
+		a[0] = a[1];
+		a[1] = x;
+	}
+}
+
+/*
  * a[0..n) in (TTFT, cluster id) order, TTFTs from d1, tmp[0..n) as buffer.
  * The total-order bits of each TTFT, less their low SGI_KEY_IDX_BITS, are
  * packed above the candidate index and sorted as integers; the rare runs of
@@ -289,7 +305,9 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 			;
 		for (k = i; k < j; k++)
 			a[k] &= mask;
-		if (j - i > 1)
+		if (j - i == 2)		/* ties: pairs, mostly */
+			sort_pair(w, a + i);
+		else if (j - i > 2)
 			isort(w, a + i, j - i, tmp, cmp_ttft);
 	}
 #else
