@@ -1088,12 +1088,17 @@ struct ring {
  * bytes and its length (two loads, two multiplies: ids of up to 16 bytes
  * are read whole); an index whose ids that hash cannot tell apart (longer
  * ids differing only in the middle) is built again with a hash of every
- * word instead, so no id list makes the probes long.  The index holds
+ * word instead, so no id list makes the probes long.  An index holds
  * for one ids version (the ordered ids, sg_snapshot.h: the version
  * changes whenever they do, the same contract the cached rings rely on)
- * and is built, O(n), the second time in a row that a version is looked
- * up, so snapshots that alternate fall back to sg_snapshot_find()
- * instead of rebuilding it per decision.
+ * and is built, O(n), the second time a version is looked up among the
+ * last HINT_WAYS unindexed ones.  The probe reads the current index; up
+ * to HINT_WAYS - 1 more are held aside, so that a router deciding over a
+ * few snapshots in turn (one per model, as sg-sim's fleet and a proxy
+ * serving several models do) swaps the right one in, a copy of the
+ * struct, instead of falling back to sg_snapshot_find() or rebuilding it
+ * per decision.  A version seen once and never again (a snapshot rebuilt
+ * per call) still builds nothing.
  */
 struct hintix {
 	/* read by every probe, together */
@@ -1106,7 +1111,6 @@ struct hintix {
 	uint64_t	*e;		/* entries (HINT_*); 0: empty */
 	char		*text;		/* the ids, packed */
 	/* the build's */
-	uint64_t	 seen;		/* the version last looked up unindexed */
 	size_t		 cap;		/* entries allocated */
 	size_t		 tcap;		/* text allocated */
 };
@@ -1126,6 +1130,8 @@ _Static_assert(SG_ID_MAX < 1 << 9 && SG_MAX_CANDIDATES < 1 << 13 &&
     (uint64_t)SG_MAX_CANDIDATES * SG_ID_MAX <= HINT_OFF + 1,
     "a hint index entry holds a length, an index and an offset");
 
+#define HINT_WAYS	4	/* hint indexes kept (ids versions) */
+
 struct sgi_rings {
 	struct ring	*slot;
 	uint32_t	 nslot, capslot, freelist, hand;
@@ -1136,6 +1142,10 @@ struct sgi_rings {
 	struct sgi_ring_stats st;
 	struct gmemo	*memo;		/* GMEMO_SETS * 2, or NULL */
 	struct hintix	 hint;		/* the session plan's id lookups */
+	struct hintix	 hold[HINT_WAYS - 1];	/* indexes held aside */
+	uint64_t	 hseen[HINT_WAYS];	/* versions last looked up
+						   unindexed */
+	unsigned	 hseen_at, hold_at;	/* the next to replace */
 };
 
 static void
@@ -1145,6 +1155,16 @@ hint_free(struct hintix *T)
 	free(T->text);
 	memset(T, 0, sizeof(*T));
 	T->nfast = SIZE_MAX;	/* no index */
+}
+
+static void
+hints_free(sgi_rings *R)
+{
+	size_t i;
+
+	hint_free(&R->hint);
+	for (i = 0; i < HINT_WAYS - 1; i++)
+		hint_free(&R->hold[i]);
 }
 
 static unsigned
@@ -1248,7 +1268,7 @@ sgi_rings_trim(sgi_scratch *s)
 		free(R->slot);
 		free(R->bucket);
 		free(R->memo);
-		hint_free(&R->hint);
+		hints_free(R);
 		free(R);
 		s->rings = NULL;
 	}
@@ -1278,7 +1298,7 @@ rings_free(sgi_rings *R)
 	free(R->slot);
 	free(R->bucket);
 	free(R->memo);
-	hint_free(&R->hint);
+	hints_free(R);
 	free(R);
 }
 
@@ -1563,12 +1583,15 @@ static sgi_rings *
 rings_get(sgi_scratch *s)
 {
 	sgi_rings *R;
+	size_t i;
 
 	if ((R = s->rings) == NULL) {
 		if ((R = calloc(1, sizeof(*R))) == NULL)
 			return NULL;
 		R->freelist = RNIL;
 		R->hint.nfast = SIZE_MAX;	/* no index */
+		for (i = 0; i < HINT_WAYS - 1; i++)
+			R->hold[i].nfast = SIZE_MAX;
 		s->rings = R;
 	}
 	return R;
@@ -1770,9 +1793,34 @@ hint_eq(const char *t, const char *p, size_t len, uint64_t a, uint64_t b)
 	return d == 0;
 }
 
+static void
+hint_swap(struct hintix *a, struct hintix *b)
+{
+	struct hintix t = *a;
+
+	*a = *b;
+	*b = t;
+}
+
+/* Whether ids is among the versions last looked up unindexed; else noted. */
+static bool
+hint_seen(sgi_rings *R, uint64_t ids)
+{
+	size_t i;
+
+	for (i = 0; i < HINT_WAYS; i++)
+		if (R->hseen[i] == ids)
+			return true;
+	R->hseen[R->hseen_at] = ids;
+	R->hseen_at = (R->hseen_at + 1) % HINT_WAYS;
+	return false;
+}
+
 /*
- * hint_find() when the index does not hold the call's snapshot: index it
- * (the second time in a row its ids version is looked up), or answer with
+ * hint_find() when the current index does not hold the call's snapshot:
+ * swap in a held index that does, or index it (the second time its ids
+ * version is looked up, into the buffers of the held index replaced
+ * longest ago, the current one held in its place), or answer with
  * sg_snapshot_find().
  */
 static __attribute__((noinline)) long
@@ -1780,19 +1828,25 @@ hint_find_slow(struct waw *w, const char *hint, size_t len)
 {
 	const sg_snapshot *snap = w->x->snap;
 	uint64_t ids = waw_ids(w);
+	size_t n = w->x->n, i;
 	struct hintix *T;
 	sgi_rings *R;
 
 	if (w->s->reference || (R = rings_get(w->s)) == NULL)
 		return sg_snapshot_find(snap, hint, len);
 	T = &R->hint;
-	if (T->n == w->x->n && T->ids == ids)
+	if (T->n == n && T->ids == ids)
 		return -2;	/* indexed: the caller probes */
-	if (T->seen != ids) {
-		T->seen = ids;	/* the first time: no index yet */
-		return sg_snapshot_find(snap, hint, len);
-	}
-	if (hint_build(T, w->cls, w->x->n, ids) != 0)
+	for (i = 0; i < HINT_WAYS - 1; i++)
+		if (R->hold[i].n == n && R->hold[i].ids == ids) {
+			hint_swap(T, &R->hold[i]);
+			return -2;
+		}
+	if (!hint_seen(R, ids))
+		return sg_snapshot_find(snap, hint, len);	/* once */
+	hint_swap(T, &R->hold[R->hold_at]);
+	R->hold_at = (R->hold_at + 1) % (HINT_WAYS - 1);
+	if (hint_build(T, w->cls, n, ids) != 0)
 		return sg_snapshot_find(snap, hint, len);
 	return -2;
 }

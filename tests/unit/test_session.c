@@ -1035,6 +1035,96 @@ test_hint_index_matches_snapshot_find_property(void **state)
 }
 
 /*
+ * The router keeps several hint indexes (one per ids version, the current
+ * one probed, the others held aside): decisions over several snapshots in
+ * turn, as a router serving several models makes them, must still find
+ * every hint as sg_snapshot_find() does.  Property: six snapshots alive at
+ * once (sizes 1 to 300; two with the same ids in another order, one a copy
+ * of another, which shares its version), more than the indexes kept,
+ * visited in a random order, runs of one and of several calls; each hint
+ * an id of the call's own snapshot, an id of another one (present here at
+ * another index, or absent), or unknown; the same decision, session state
+ * and promotion as the reference router.  Last, one snapshot is rebuilt
+ * with new ids (a new version) and is still answered right.
+ */
+#define ALT_SNAPS	6
+
+static void
+test_hint_indexes_follow_alternating_snapshots(void **state)
+{
+	static const size_t ns[ALT_SNAPS] = { 9, 64, 9, 300, 1, 64 };
+	sg_snapshot *s[ALT_SNAPS];
+	sg_request ra, rb;
+	sg_decision a, b;
+	char rid[32], key[32];
+	size_t i, k, run, at = 0, nret = 0;
+	int al;
+
+	(void)state;
+	for (al = 0; al < NALGS; al++) {
+		sg_lbconf *conf = sconf(algs[al], SESSION_K2);
+		sg_router *fast = fx_router(conf, 7), *ref = fx_router(conf, 7);
+
+		sgi_router_scratch(ref)->reference = true;
+		for (i = 0; i < ALT_SNAPS; i++) {
+			s[i] = sg_snapshot_new();
+			assert_non_null(s[i]);
+			build_hint_snapshot(s[i], ns[i], i == 2 ? 0 :
+			    (unsigned)i);
+		}
+		/* s[2]: s[0]'s ids reversed; s[5]: a copy of s[1] */
+		sg_snapshot_clear(s[2]);
+		for (i = ns[0]; i-- > 0;) {
+			sg_cluster c = *sg_snapshot_get(s[0], i);
+
+			fx_add(s[2], &c);
+		}
+		assert_int_equal(sg_snapshot_copy(s[5], s[1]), 0);
+		for (k = 0; k < 3000; k++) {
+			const sg_snapshot *o;
+			const char *hint;
+
+			if (k % 7 == 0)		/* a new run elsewhere */
+				at = (size_t)rnd(ALT_SNAPS);
+			if (k == 2000)		/* new ids: a new version */
+				build_hint_snapshot(s[3], 17, 99);
+			run = (size_t)rnd(4);
+			o = run == 0 ? s[(at + 1) % ALT_SNAPS] : s[at];
+			hint = sg_snapshot_get(o,
+			    (size_t)rnd(sg_snapshot_count(o)))->id;
+			if (run == 3)
+				hint = "no-such-cluster";
+			snprintf(rid, sizeof(rid), "alt-%d-%zu", al, k);
+			snprintf(key, sizeof(key), "sess-%zu", k % 11);
+			fx_req(&ra, rid, key, 1000);
+			fx_req(&rb, rid, key, 1000);
+			ra.last_cluster_id = rb.last_cluster_id = hint;
+			if (k % 2 == 0)
+				ra.last_cluster_id_len = strlen(hint);
+			a = fx_decide(fast, s[at], &ra, 0);
+			b = fx_decide(ref, s[at], &rb, 0);
+			assert_same(&a, &b);
+			assert_int_equal(a.session_state, b.session_state);
+			assert_int_equal(a.promoted, b.promoted);
+			assert_int_equal(a.primary, b.primary);
+			assert_int_equal(a.session_state ==
+			    SG_SESSION_RETURNING, sg_snapshot_find(s[at], hint,
+			    strlen(hint)) >= 0);
+			nret += a.session_state == SG_SESSION_RETURNING;
+			if (k % 3 == 0)		/* the next call elsewhere */
+				at = (at + 1 + (size_t)rnd(ALT_SNAPS - 1)) %
+				    ALT_SNAPS;
+		}
+		for (i = 0; i < ALT_SNAPS; i++)
+			sg_snapshot_free(s[i]);
+		sg_router_free(fast);
+		sg_router_free(ref);
+		sg_lbconf_free(conf);
+	}
+	assert_true(nret > 2000);
+}
+
+/*
  * Session rules cost at most 5% (issue 13): the hint index hashes only an
  * id's first and last 8 bytes while their hash tells its ids apart, so a
  * probe that matches must still compare every byte between them.
@@ -1276,6 +1366,8 @@ main(void)
 		cmocka_unit_test(test_cache_thrash_sequence),
 		cmocka_unit_test(
 		    test_hint_index_matches_snapshot_find_property),
+		cmocka_unit_test(
+		    test_hint_indexes_follow_alternating_snapshots),
 		cmocka_unit_test(
 		    test_hint_index_compares_the_middle_property),
 		cmocka_unit_test(
