@@ -130,77 +130,187 @@ write_trace(const char *path, const scenario *sc)
 	return EX_OK;
 }
 
-int
-main(int argc, char *argv[])
+/* What the command line asks for. */
+struct cli {
+	const char	*svg, *rows, *export;
+	uint64_t	 seed, jobs;
+	bool		 has_seed, verbose, check;
+	int		 fmt;		/* 0, OPT_CSV or OPT_JSON */
+};
+
+/* Parse the options into o; usage errors, -h and --version exit here. */
+static void
+parse_args(int argc, char *argv[], struct cli *o)
 {
-	const char *svg = NULL, *rows = NULL, *export = NULL;
-	sim_result res[SIM_MAX_ROWS];
-	sg_error errs[SIM_MAX_ROWS], err;
-	double secs[SIM_MAX_ROWS], t0, total;
-	int rcs[SIM_MAX_ROWS];
-	pthread_t th[SIM_MAX_ROWS];
-	scenario sc;
-	sim_traffic *tr = NULL;
-	work w;
-	uint64_t seed = 0, jobs = 1, simulated = 0;
-	bool has_seed = false, verbose = false, check = false;
-	int ch, fmt = 0, rc, status = EX_OK;
-	size_t i, nth = 0;
+	int ch;
 
 	while ((ch = getopt_long(argc, argv, "hj:nv", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			if (sg_parse_u64(optarg, strlen(optarg), SIM_MAX_ROWS,
-			    &jobs) != 0 || jobs == 0) {
+			    &o->jobs) != 0 || o->jobs == 0) {
 				fprintf(stderr, "%s: --jobs: expected 1 to %d\n",
 				    progname, SIM_MAX_ROWS);
 				usage(EX_USAGE);
 			}
 			break;
 		case 'n':
-			check = true;
+			o->check = true;
 			break;
 		case 'v':
-			verbose = true;
+			o->verbose = true;
 			break;
 		case OPT_CSV:
 		case OPT_JSON:
-			if (fmt != 0 && fmt != ch) {
+			if (o->fmt != 0 && o->fmt != ch) {
 				fprintf(stderr, "%s: --csv and --json exclude "
 				    "each other\n", progname);
 				usage(EX_USAGE);
 			}
-			fmt = ch;
+			o->fmt = ch;
 			break;
 		case OPT_ROWS:
-			rows = optarg;
+			o->rows = optarg;
 			break;
 		case OPT_SEED:
 			if (sg_parse_u64(optarg, strlen(optarg), UINT64_MAX,
-			    &seed) != 0) {
+			    &o->seed) != 0) {
 				fprintf(stderr, "%s: --seed: expected an unsigned "
 				    "64-bit integer\n", progname);
 				usage(EX_USAGE);
 			}
-			has_seed = true;
+			o->has_seed = true;
 			break;
 		case OPT_SVG:
-			svg = optarg;
+			o->svg = optarg;
 			break;
 		case OPT_EXPORT:
-			export = optarg;
+			o->export = optarg;
 			break;
 		case 'h':
 		case OPT_HELP:
 			usage(EX_OK);
 		case OPT_VERSION:
 			printf("%s %s\n", progname, SG_VERSION);
-			return fflush(stdout) == 0 && !ferror(stdout) ? EX_OK :
-			    EX_IOERR;
+			exit(fflush(stdout) == 0 && !ferror(stdout) ? EX_OK :
+			    EX_IOERR);
 		default:
 			usage(EX_USAGE);
 		}
 	}
+}
+
+/* Every row, on up to jobs threads (this one among them). */
+static void
+run_rows(work *w, uint64_t jobs)
+{
+	pthread_t th[SIM_MAX_ROWS];
+	size_t i, nth;
+
+	pthread_mutex_init(&w->mu, NULL);
+	if (jobs > w->sc->nrows)
+		jobs = w->sc->nrows;
+	for (nth = 0; nth + 1 < jobs; nth++)
+		if (pthread_create(&th[nth], NULL, worker, w) != 0)
+			break;
+	worker(w);
+	for (i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&w->mu);
+}
+
+/*
+ * The first row's error, if any (its exit status), and with -v every row's
+ * speed and the total's (total seconds, traffic drawn included).
+ */
+static int
+rows_status(const work *w, const struct cli *o, double total)
+{
+	const scenario *sc = w->sc;
+	uint64_t simulated = 0, jobs = o->jobs;
+	size_t i;
+
+	for (i = 0; i < sc->nrows; i++) {
+		const sim_result *r = &w->res[i];
+
+		if (w->rc[i] != 0) {
+			fprintf(stderr, "%s: %s\n", progname, w->err[i].text);
+			return w->rc[i] == SG_ENOMEM ? EX_OSERR : EX_SOFTWARE;
+		}
+		simulated += r->simulated;
+		if (o->verbose)
+			fprintf(stderr, "%s: row %s: %llu requests (%llu "
+			    "decisions, %llu background) in %.3f s: %.0f "
+			    "requests/s\n", progname, sc->rows[i].name,
+			    (unsigned long long)r->simulated,
+			    (unsigned long long)r->decisions,
+			    (unsigned long long)r->background, w->secs[i],
+			    w->secs[i] > 0 ? (double)r->simulated /
+			    w->secs[i] : 0);
+	}
+	if (jobs > sc->nrows)
+		jobs = sc->nrows;
+	if (o->verbose)
+		fprintf(stderr, "%s: %zu rows, %llu requests in %.3f s "
+		    "(%llu thread%s): %.0f requests/s\n", progname, sc->nrows,
+		    (unsigned long long)simulated, total,
+		    (unsigned long long)jobs, jobs == 1 ? "" : "s",
+		    total > 0 ? (double)simulated / total : 0);
+	return EX_OK;
+}
+
+static int
+write_svg(const char *path, const scenario *sc, const sim_result *res)
+{
+	FILE *fp = fopen(path, "w");
+	int rc;
+
+	if (fp == NULL) {
+		fprintf(stderr, "%s: cannot create '%s': %s\n", progname,
+		    path, strerror(errno));
+		return EX_CANTCREAT;
+	}
+	rc = report_svg(fp, sc, res);
+	if (fclose(fp) != 0 || rc != 0) {
+		fprintf(stderr, "%s: cannot write '%s'\n", progname, path);
+		return EX_IOERR;
+	}
+	return EX_OK;
+}
+
+static int
+write_report(int fmt, const scenario *sc, const sim_result *res)
+{
+	int rc;
+
+	if (fmt == OPT_JSON)
+		rc = report_json(stdout, sc, res);
+	else if (fmt == OPT_CSV)
+		rc = report_csv(stdout, sc, res);
+	else
+		rc = report_table(stdout, sc, res);
+	if (rc != 0 || fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "%s: cannot write the standard output\n",
+		    progname);
+		return EX_IOERR;
+	}
+	return EX_OK;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct cli o = { NULL, NULL, NULL, 0, 1, false, false, false, 0 };
+	sim_result res[SIM_MAX_ROWS];
+	sg_error errs[SIM_MAX_ROWS], err;
+	double secs[SIM_MAX_ROWS], t0;
+	int rcs[SIM_MAX_ROWS];
+	scenario sc;
+	sim_traffic *tr = NULL;
+	work w;
+	int rc, status = EX_OK;
+
+	parse_args(argc, argv, &o);
 	argc -= optind;
 	argv += optind;
 	if (argc != 1)
@@ -212,17 +322,17 @@ main(int argc, char *argv[])
 		return rc == SG_EINVAL ? EX_DATAERR : rc == SG_ENOMEM ?
 		    EX_OSERR : EX_NOINPUT;
 	}
-	if (rows != NULL && scenario_select_rows(&sc, rows, &err) != 0) {
+	if (o.rows != NULL && scenario_select_rows(&sc, o.rows, &err) != 0) {
 		fprintf(stderr, "%s: %s\n", progname, err.text);
 		scenario_free(&sc);
 		return EX_USAGE;
 	}
-	if (has_seed)
-		sc.seed = seed;
-	if (check)
+	if (o.has_seed)
+		sc.seed = o.seed;
+	if (o.check)
 		goto out;
-	if (export != NULL) {
-		status = write_trace(export, &sc);
+	if (o.export != NULL) {
+		status = write_trace(o.export, &sc);
 		goto out;
 	}
 
@@ -240,69 +350,12 @@ main(int argc, char *argv[])
 		goto out;
 	}
 	w.tr = tr;
-	pthread_mutex_init(&w.mu, NULL);
-	if (jobs > sc.nrows)
-		jobs = sc.nrows;
-	for (nth = 0; nth + 1 < jobs; nth++)
-		if (pthread_create(&th[nth], NULL, worker, &w) != 0)
-			break;
-	worker(&w);
-	for (i = 0; i < nth; i++)
-		pthread_join(th[i], NULL);
-	total = mono() - t0;
-	pthread_mutex_destroy(&w.mu);
-
-	for (i = 0; i < sc.nrows; i++) {
-		if (rcs[i] != 0) {
-			fprintf(stderr, "%s: %s\n", progname, errs[i].text);
-			status = rcs[i] == SG_ENOMEM ? EX_OSERR : EX_SOFTWARE;
-			goto out;
-		}
-		simulated += res[i].simulated;
-		if (verbose)
-			fprintf(stderr, "%s: row %s: %llu requests (%llu "
-			    "decisions, %llu background) in %.3f s: %.0f "
-			    "requests/s\n", progname, sc.rows[i].name,
-			    (unsigned long long)res[i].simulated,
-			    (unsigned long long)res[i].decisions,
-			    (unsigned long long)res[i].background, secs[i],
-			    secs[i] > 0 ? (double)res[i].simulated / secs[i] :
-			    0);
-	}
-	if (verbose)
-		fprintf(stderr, "%s: %zu rows, %llu requests in %.3f s "
-		    "(%llu thread%s): %.0f requests/s\n", progname, sc.nrows,
-		    (unsigned long long)simulated, total,
-		    (unsigned long long)jobs, jobs == 1 ? "" : "s",
-		    total > 0 ? (double)simulated / total : 0);
-
-	if (svg != NULL) {
-		FILE *fp = fopen(svg, "w");
-
-		if (fp == NULL) {
-			fprintf(stderr, "%s: cannot create '%s': %s\n", progname,
-			    svg, strerror(errno));
-			status = EX_CANTCREAT;
-			goto out;
-		}
-		rc = report_svg(fp, &sc, res);
-		if (fclose(fp) != 0 || rc != 0) {
-			fprintf(stderr, "%s: cannot write '%s'\n", progname, svg);
-			status = EX_IOERR;
-			goto out;
-		}
-	}
-	if (fmt == OPT_JSON)
-		rc = report_json(stdout, &sc, res);
-	else if (fmt == OPT_CSV)
-		rc = report_csv(stdout, &sc, res);
-	else
-		rc = report_table(stdout, &sc, res);
-	if (rc != 0 || fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "%s: cannot write the standard output\n",
-		    progname);
-		status = EX_IOERR;
-	}
+	run_rows(&w, o.jobs);
+	if ((status = rows_status(&w, &o, mono() - t0)) != EX_OK)
+		goto out;
+	if (o.svg != NULL && (status = write_svg(o.svg, &sc, res)) != EX_OK)
+		goto out;
+	status = write_report(o.fmt, &sc, res);
 out:
 	sim_traffic_free(tr);
 	scenario_free(&sc);
