@@ -827,149 +827,176 @@ open_store(struct run *r)
 
 /* --- main ----------------------------------------------------------------- */
 
+/*
+ * One option into o (-H into r->hdrs): -1 to go on, else the exit status.
+ * Usage errors exit (cli_usage), r->hdrs freed first.
+ */
+static int
+parse_opt(int ch, struct opts *o, struct run *r)
+{
+	int hr;
+
+	switch (ch) {
+	case 'c':
+		o->config = optarg;
+		o->route_opts = true;
+		break;
+	case 'H':
+		if ((hr = hdrs_add_line(&r->hdrs, optarg,
+		    strlen(optarg))) != 0) {
+			hdrs_free(&r->hdrs);
+			if (hr == -1)
+				cli_usage_error("-H: expected 'name: value', "
+				    "got '%s'", optarg);
+			if (hr == -2)
+				return cli_oom();
+			cli_complain(NULL, 0, "-H: more than %d headers",
+			    MAX_HEADERS);
+			return EX_DATAERR;
+		}
+		break;
+	case 'h':
+		hdrs_free(&r->hdrs);
+		cli_usage(EX_OK);
+	case 's':
+		o->snapshot = optarg;
+		break;
+	case OPT_HEADERS_FILE:
+		o->headers_file = optarg;
+		break;
+	case OPT_ENDPOINT:
+		if (sg_endpoint_parse(optarg, &o->endpoint) != 0) {
+			hdrs_free(&r->hdrs);
+			cli_usage_error("--endpoint: expected chat, "
+			    "completions, responses or embeddings, got '%s'",
+			    optarg);
+		}
+		o->has_endpoint = true;
+		break;
+	case OPT_ROUTING_KEY:
+		o->routing_key = optarg;
+		break;
+	case OPT_LAST_CLUSTER:
+		o->last_cluster = optarg;
+		o->req_opts = true;
+		break;
+	case OPT_ROUTING_METHOD:
+		o->routing_method = optarg;
+		o->req_opts = true;
+		break;
+	case OPT_ELAPSED:
+		if (cli_opt_ms("--elapsed-ms", optarg, &o->elapsed_ms) != 0) {
+			hdrs_free(&r->hdrs);
+			cli_usage(EX_USAGE);
+		}
+		o->req_opts = true;
+		break;
+	case OPT_SEED:
+		if (cli_opt_u64("--seed", optarg, &o->seed) != 0) {
+			hdrs_free(&r->hdrs);
+			cli_usage(EX_USAGE);
+		}
+		o->route_opts = true;
+		break;
+	case OPT_NDJSON:
+		o->ndjson = true;
+		break;
+	case OPT_REQUEST:
+		o->request = true;
+		break;
+	case OPT_STORE:
+		o->store = optarg;
+		break;
+	case OPT_TTL:
+		o->ttl = optarg;
+		break;
+	case OPT_VERSION:
+		hdrs_free(&r->hdrs);
+		return cli_version();
+	default:
+		hdrs_free(&r->hdrs);
+		cli_usage(EX_USAGE);
+	}
+	return -1;
+}
+
+/* A usage error, r->hdrs freed first; never returns. */
+static void	check_fail(struct run *, const char *)
+		    __attribute__((noreturn));
+
+static void
+check_fail(struct run *r, const char *msg)
+{
+	hdrs_free(&r->hdrs);
+	cli_usage_error("%s", msg);
+}
+
+/* The operand and the options that need or exclude each other. */
+static void
+check_args(int argc, char *argv[], struct opts *o, struct run *r)
+{
+	if (argc > 1)
+		check_fail(r, "at most one input operand");
+	o->input = argc == 1 ? argv[0] : NULL;
+	if (o->request && o->snapshot != NULL)
+		check_fail(r, "--request and -s are exclusive (pipe the "
+		    "request into sg-route -s)");
+	if ((o->route_opts && o->snapshot == NULL) ||
+	    (o->req_opts && o->snapshot == NULL && !o->request))
+		check_fail(r, "-c and --seed need -s snapshot.json; "
+		    "--last-cluster, --routing-method and --elapsed-ms need "
+		    "-s snapshot.json or --request");
+	if (o->ttl != NULL && o->store == NULL)
+		check_fail(r, "--ttl needs --store");
+	if (cli_is_stdin(o->input) &&
+	    ((o->snapshot != NULL && cli_is_stdin(o->snapshot)) ||
+	    (o->headers_file != NULL && cli_is_stdin(o->headers_file)) ||
+	    (o->config != NULL && cli_is_stdin(o->config))))
+		check_fail(r, "only the request can be read from stdin");
+}
+
+/* The headers file, the store, the router and the snapshot, as asked. */
+static int
+setup(struct run *r)
+{
+	const struct opts *o = r->o;
+	int rc;
+
+	if (o->headers_file != NULL &&
+	    (rc = load_headers_file(r, o->headers_file)) != 0)
+		return rc;
+	if (o->store != NULL && (rc = open_store(r)) != 0)
+		return rc;
+	if (o->snapshot != NULL) {
+		if ((rc = cli_load_router(o->config, o->seed, &r->conf,
+		    &r->rt)) != 0)
+			return rc;
+		if ((r->snap = sg_snapshot_new()) == NULL)
+			return cli_oom();
+		if ((rc = cli_load_snapshot(o->snapshot, r->snap)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
 int
 main(int argc, char *argv[])
 {
 	struct opts o;
 	struct run r;
-	int ch, rc = 0, hr;
+	int ch, rc = 0;
 
 	memset(&o, 0, sizeof(o));
 	memset(&r, 0, sizeof(r));
 	o.endpoint = SG_ENDPOINT_CHAT;
 	r.o = &o;
 	while ((ch = getopt_long(argc, argv, "c:H:hs:", longopts, NULL)) !=
-	    -1) {
-		switch (ch) {
-		case 'c':
-			o.config = optarg;
-			o.route_opts = true;
-			break;
-		case 'H':
-			if ((hr = hdrs_add_line(&r.hdrs, optarg,
-			    strlen(optarg))) != 0) {
-				hdrs_free(&r.hdrs);
-				if (hr == -1)
-					cli_usage_error("-H: expected "
-					    "'name: value', got '%s'", optarg);
-				if (hr == -2)
-					return cli_oom();
-				cli_complain(NULL, 0, "-H: more than %d "
-				    "headers", MAX_HEADERS);
-				return EX_DATAERR;
-			}
-			break;
-		case 'h':
-			hdrs_free(&r.hdrs);
-			cli_usage(EX_OK);
-		case 's':
-			o.snapshot = optarg;
-			break;
-		case OPT_HEADERS_FILE:
-			o.headers_file = optarg;
-			break;
-		case OPT_ENDPOINT:
-			if (sg_endpoint_parse(optarg, &o.endpoint) != 0) {
-				hdrs_free(&r.hdrs);
-				cli_usage_error("--endpoint: expected chat, "
-				    "completions, responses or embeddings, "
-				    "got '%s'", optarg);
-			}
-			o.has_endpoint = true;
-			break;
-		case OPT_ROUTING_KEY:
-			o.routing_key = optarg;
-			break;
-		case OPT_LAST_CLUSTER:
-			o.last_cluster = optarg;
-			o.req_opts = true;
-			break;
-		case OPT_ROUTING_METHOD:
-			o.routing_method = optarg;
-			o.req_opts = true;
-			break;
-		case OPT_ELAPSED:
-			if (cli_opt_ms("--elapsed-ms", optarg,
-			    &o.elapsed_ms) != 0) {
-				hdrs_free(&r.hdrs);
-				cli_usage(EX_USAGE);
-			}
-			o.req_opts = true;
-			break;
-		case OPT_SEED:
-			if (cli_opt_u64("--seed", optarg, &o.seed) != 0) {
-				hdrs_free(&r.hdrs);
-				cli_usage(EX_USAGE);
-			}
-			o.route_opts = true;
-			break;
-		case OPT_NDJSON:
-			o.ndjson = true;
-			break;
-		case OPT_REQUEST:
-			o.request = true;
-			break;
-		case OPT_STORE:
-			o.store = optarg;
-			break;
-		case OPT_TTL:
-			o.ttl = optarg;
-			break;
-		case OPT_VERSION:
-			hdrs_free(&r.hdrs);
-			return cli_version();
-		default:
-			hdrs_free(&r.hdrs);
-			cli_usage(EX_USAGE);
-		}
-	}
-	argc -= optind;
-	argv += optind;
-	if (argc > 1) {
-		hdrs_free(&r.hdrs);
-		cli_usage_error("at most one input operand");
-	}
-	o.input = argc == 1 ? argv[0] : NULL;
-	if (o.request && o.snapshot != NULL) {
-		hdrs_free(&r.hdrs);
-		cli_usage_error("--request and -s are exclusive (pipe the "
-		    "request into sg-route -s)");
-	}
-	if ((o.route_opts && o.snapshot == NULL) ||
-	    (o.req_opts && o.snapshot == NULL && !o.request)) {
-		hdrs_free(&r.hdrs);
-		cli_usage_error("-c and --seed need -s snapshot.json; "
-		    "--last-cluster, --routing-method and --elapsed-ms need "
-		    "-s snapshot.json or --request");
-	}
-	if (o.ttl != NULL && o.store == NULL) {
-		hdrs_free(&r.hdrs);
-		cli_usage_error("--ttl needs --store");
-	}
-	if (cli_is_stdin(o.input) &&
-	    ((o.snapshot != NULL && cli_is_stdin(o.snapshot)) ||
-	    (o.headers_file != NULL && cli_is_stdin(o.headers_file)) ||
-	    (o.config != NULL && cli_is_stdin(o.config)))) {
-		hdrs_free(&r.hdrs);
-		cli_usage_error("only the request can be read from stdin");
-	}
-
-	if (o.headers_file != NULL &&
-	    (rc = load_headers_file(&r, o.headers_file)) != 0)
+	    -1)
+		if ((rc = parse_opt(ch, &o, &r)) != -1)
+			return rc;
+	check_args(argc - optind, argv + optind, &o, &r);
+	if ((rc = setup(&r)) != 0)
 		goto out;
-	if (o.store != NULL && (rc = open_store(&r)) != 0)
-		goto out;
-	if (o.snapshot != NULL) {
-		if ((rc = cli_load_router(o.config, o.seed, &r.conf,
-		    &r.rt)) != 0)
-			goto out;
-		if ((r.snap = sg_snapshot_new()) == NULL) {
-			rc = cli_oom();
-			goto out;
-		}
-		if ((rc = cli_load_snapshot(o.snapshot, r.snap)) != 0)
-			goto out;
-	}
 	rc = o.ndjson ? cli_stream(o.input, CLI_NEED_INPUT, stream_record, &r,
 	    &r.bad) : run_single(&r);
 	if (rc == 0 && r.bad)
