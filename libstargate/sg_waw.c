@@ -315,6 +315,148 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 #endif
 }
 
+/*
+ * Drawing from the sorted list without sorting it.  Step 7 draws n
+ * positions of the unlocked list by a partial Fisher-Yates shuffle, and
+ * the list is in (TTFT, id) order when several buckets were walked; for a
+ * long list and few draws only the members at the drawn ranks matter, and
+ * finding a member by its rank (quickselect) is linear where the sort is
+ * not.  The keys are sort_ttft()'s packed words, compared as it orders
+ * them: by their TTFT bits, then, where those are equal, by the exact rule
+ * (cmp_ttft), so a rank names the member the sort puts there.
+ */
+#define RANK_MIN	32	/* lists from this long are not sorted */
+#define RANK_DRAWS	4	/* when at most this many are drawn */
+
+#if SIZE_MAX >= UINT64_MAX
+#define RANK_KEY_MASK	(((size_t)1 << SGI_KEY_IDX_BITS) - 1)
+
+static inline bool
+rank_less(const struct waw *w, size_t x, size_t y)
+{
+	if ((x ^ y) & ~RANK_KEY_MASK)
+		return x < y;
+	return cmp_ttft(w, x & RANK_KEY_MASK, y & RANK_KEY_MASK) < 0;
+}
+
+static size_t
+rank_median3(const struct waw *w, size_t x, size_t y, size_t z)
+{
+	if (rank_less(w, y, x)) {
+		size_t t = x;
+
+		x = y;
+		y = t;
+	}
+	if (rank_less(w, z, y))
+		y = rank_less(w, z, x) ? x : z;
+	return y;
+}
+
+/* The key of rank r of the distinct keys a[0..n), r < n (a is permuted). */
+static size_t
+rank_select(const struct waw *w, size_t *a, size_t n, size_t r)
+{
+	size_t lo = 0, hi = n - 1, i, j, p, t;
+
+	while (hi - lo >= 8) {
+		/* Hoare's partition around a median of three: a[lo..j] are
+		 * below or at p, a[j + 1..hi] at or above, lo <= j < hi */
+		p = rank_median3(w, a[lo], a[lo + (hi - lo) / 2], a[hi]);
+		i = lo;
+		j = hi;
+		for (;;) {
+			while (rank_less(w, a[i], p))
+				i++;
+			while (rank_less(w, p, a[j]))
+				j--;
+			if (i >= j)
+				break;
+			t = a[i];
+			a[i++] = a[j];
+			a[j--] = t;
+		}
+		if (r <= j)
+			hi = j;
+		else
+			lo = j + 1;
+	}
+	for (i = lo + 1; i <= hi; i++) {	/* the rest by insertion */
+		t = a[i];
+		for (j = i; j > lo && rank_less(w, t, a[j - 1]); j--)
+			a[j] = a[j - 1];
+		a[j] = t;
+	}
+	return a[r];
+}
+#endif
+
+/* Whether step 7 draws from smp[0..m) by rank instead of sorting it. */
+static bool
+draw_by_rank(const struct waw *w, size_t m)
+{
+#if SIZE_MAX >= UINT64_MAX
+	size_t ns = w->d->n > 0 ? w->d->n : 1;
+
+	return m >= RANK_MIN && ns <= RANK_DRAWS;
+#else
+	(void)w;
+	(void)m;
+	return false;
+#endif
+}
+
+#if SIZE_MAX >= UINT64_MAX
+/* The rank at position p of the shuffled list: the entry set there last. */
+static size_t
+rank_at(const size_t *pos, const size_t *rank, size_t np, size_t p)
+{
+	size_t i;
+
+	for (i = np; i-- > 0;)
+		if (pos[i] == p)
+			return rank[i];
+	return p;	/* untouched: still its own rank */
+}
+
+/*
+ * smp[0..ns) as the partial Fisher-Yates shuffle of step 7 leaves them when
+ * smp[0..m) is in (TTFT, id) order, from the unsorted smp[0..m): the same
+ * draws from the PRNG, tracked as ranks, then the members of those ranks
+ * (ns <= RANK_DRAWS; tmp: m words).
+ */
+static void
+draw_ranked(struct waw *w, size_t *smp, size_t m, size_t ns, size_t *tmp)
+{
+	const double *t = w->s->d1;
+	size_t pos[2 * RANK_DRAWS], rank[2 * RANK_DRAWS], want[RANK_DRAWS];
+	size_t np = 0, i, j, ri, rj;
+
+	for (i = 0; i < ns; i++) {
+		j = i + (size_t)sgi_rng_below(&w->rng, m - i);
+		ri = rank_at(pos, rank, np, i);
+		rj = rank_at(pos, rank, np, j);
+		pos[np] = i;
+		rank[np++] = rj;
+		pos[np] = j;
+		rank[np++] = ri;
+	}
+	for (i = 0; i < ns; i++)
+		want[i] = rank_at(pos, rank, np, i);
+	for (i = 0; i < m; i++)
+		tmp[i] = (((size_t)sgi_total_key(t[smp[i]]) ^
+		    ((size_t)1 << 63)) & ~RANK_KEY_MASK) | smp[i];
+	for (i = 0; i < ns; i++)
+		smp[i] = rank_select(w, tmp, m, want[i]) & RANK_KEY_MASK;
+}
+#else
+static void
+draw_ranked(struct waw *w, size_t *smp, size_t m, size_t ns, size_t *tmp)
+{
+	(void)w, (void)smp, (void)m, (void)ns, (void)tmp;
+}
+#endif
+
 /* --- core selection (stargate-lb-config(5)) ------------------------------- */
 
 /*
@@ -378,14 +520,16 @@ later_capacity(const struct waw *w, const size_t *idx, size_t from,
  * finite TTFT below it (ties unlock together: they have the same gap), and
  * the later ones are everything else.  Only the unlocked members with
  * capacity are then sorted by (TTFT, id) into smp[0..*m): the same list, in
- * the same order, as filtering the fully sorted walk.  Returns false (and
- * leaves the work to the full sort) after FAST_BUCKETS bucket starts.
+ * the same order, as filtering the fully sorted walk; or, when step 7 can
+ * draw from them by rank (draw_by_rank), left in set order and *sorted set
+ * false.  Returns false (and leaves the work to the full sort) after
+ * FAST_BUCKETS bucket starts.
  */
 #define FAST_BUCKETS	4
 
 static bool
 fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
-    size_t *smp, size_t *m, bool *have_wait, double *wait)
+    size_t *smp, size_t *m, bool *sorted, bool *have_wait, double *wait)
 {
 	const double *t = w->s->d1;
 	const unsigned char *flag = w->s->flag;	/* loaded once: char stores
@@ -475,8 +619,10 @@ fast_unlock(struct waw *w, size_t *idx, size_t cnt, double lo, double e,
 		*wait = need - budget;
 	}
 sort:
-	sort_ttft(w, smp, k, idx);	/* idx is free now */
 	*m = k;
+	*sorted = !draw_by_rank(w, k);	/* else step 7 draws by rank */
+	if (*sorted)
+		sort_ttft(w, smp, k, idx);	/* idx is free now */
 	return true;
 }
 
@@ -675,7 +821,7 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 	size_t cnt, unlocked, m, ns, i, j, best;
 	double lo, hi, bv, v;
 	double B = (double)d->ttft_bucket_size_ms;
-	bool allfinite, have_wait = false;
+	bool allfinite, have_wait = false, sorted = true;
 	double wait = 0;
 
 	/* 1. estimates, exclusions, feasibility, queue SLO */
@@ -708,7 +854,8 @@ core_select(struct waw *w, const size_t *set, size_t nset, double scale,
 		for (i = 0; w->cands != NULL && i < cnt; i++)
 			ex_set(w, idx[i], "bucket", json_integer(0));
 	} else if (w->cands == NULL && !s->reference &&
-	    fast_unlock(w, idx, cnt, lo, e, smp, &m, &have_wait, &wait)) {
+	    fast_unlock(w, idx, cnt, lo, e, smp, &m, &sorted, &have_wait,
+	    &wait)) {
 		goto sample;	/* smp[0..m) is step 6's list */
 	} else {
 		double budget = e, start, f = d->next_bucket_unlock_factor;
@@ -763,7 +910,9 @@ sample:
 	ns = d->n > 0 ? d->n : 1;
 	if (ns > m)
 		ns = m;
-	for (i = 0; i < ns; i++) {
+	if (!sorted)
+		draw_ranked(w, smp, m, ns, idx);	/* idx is free now */
+	for (i = 0; sorted && i < ns; i++) {
 		size_t t;
 
 		j = i + (size_t)sgi_rng_below(&w->rng, m - i);

@@ -1271,6 +1271,76 @@ test_session_promotion_follows_the_plain_rule_on_random_inputs(
 }
 
 /*
+ * Step 7 draws from a long unlocked list by rank (quickselect of the drawn
+ * ranks) instead of sorting it when few are drawn; the picks must be those
+ * of the sorted list.  Property: against the reference router (which sorts
+ * every list), over random snapshots of 32 to 300 candidates whose TTFTs
+ * spread over several buckets, many of them tied (so the exact rule, the
+ * cluster id, orders them), some full; n from 1 to 6 (above the draws by
+ * rank too), bucket sizes and unlock factors varied, elapsed times that
+ * unlock one bucket or several; wait-and-widen without a key (core
+ * selection over every candidate) and pulsar-wait-and-widen.
+ */
+static void
+test_draws_by_rank_pick_as_the_sorted_list(void **state)
+{
+	static const double factor[] = { 0.1, 0.25, 0.5, 1.0 };
+	static const double elapsed[] = { 0, 5, 40, 200, 2000 };
+	uint64_t g = 0x5e1ec7ULL;
+	size_t trial, j, i, n, nsel = 0;
+	char cfg[512], id[32], rid[32];
+
+	(void)state;
+	for (trial = 0; trial < 160; trial++) {
+		sg_snapshot *s = sg_snapshot_new();
+		sg_lbconf *conf;
+		sg_router *fast, *ref;
+
+		assert_non_null(s);
+		n = 32 + (size_t)(rp_next(&g) % 269);
+		snprintf(cfg, sizeof(cfg), "{\"models\":{\"m\":{"
+		    "\"algorithm\":\"%s\",\"n\":%zu,"
+		    "\"ttft_bucket_size_ms\":%zu,"
+		    "\"next_bucket_unlock_factor\":%g}}}",
+		    trial % 2 ? "pulsar-wait-and-widen" : "wait-and-widen",
+		    1 + (size_t)(rp_next(&g) % 6),
+		    1 + (size_t)(rp_next(&g) % 30),
+		    factor[rp_next(&g) % 4]);
+		conf = fx_conf(cfg);
+		fast = fx_router(conf, 11);
+		ref = fx_router(conf, 11);
+		sgi_router_scratch(ref)->reference = true;
+		for (i = 0; i < n; i++) {
+			sg_cluster c;
+
+			snprintf(id, sizeof(id), "c%03zu-%zu",
+			    (size_t)(rp_next(&g) % 1000), i);
+			c = fx_cluster(id, 1 + 4 * (double)(rp_next(&g) % 25),
+			    4, rp_next(&g) % 7, 1000);
+			fx_add(s, &c);
+		}
+		for (j = 0; j < 40; j++) {
+			sg_request ra, rb;
+			sg_decision a, b;
+			double e = elapsed[rp_next(&g) % 5];
+
+			snprintf(rid, sizeof(rid), "draw-%zu-%zu", trial, j);
+			fx_req(&ra, rid, trial % 2 ? "k" : NULL, 2000);
+			fx_req(&rb, rid, trial % 2 ? "k" : NULL, 2000);
+			a = fx_decide(fast, s, &ra, e);
+			b = fx_decide(ref, s, &rb, e);
+			assert_true(fx_same(&a, &b));
+			nsel += a.kind == SG_DECIDE_SELECT;
+		}
+		sg_router_free(fast);
+		sg_router_free(ref);
+		sg_lbconf_free(conf);
+		sg_snapshot_free(s);
+	}
+	assert_true(nsel > 3000);
+}
+
+/*
  * sgi_total_unkey() undoes sgi_total_key() bit for bit (core selection
  * keeps only the keys of lo and hi): the special values, NaNs of either
  * sign with payloads, both zeros, subnormals, then random bit patterns;
@@ -1322,6 +1392,7 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_draws_by_rank_pick_as_the_sorted_list),
 		cmocka_unit_test(test_total_unkey_inverts_total_key_bit_for_bit),
 		cmocka_unit_test(test_worked_check_fast_full_slow_idle),
 		cmocka_unit_test(test_worked_check_all_full_is_unavailable),
