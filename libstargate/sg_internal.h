@@ -119,9 +119,10 @@ sgi_queue_ms(const sg_cluster *c, uint32_t priority)
 }
 
 /*
- * sgi_prefill_ms() for a loop that has tps = sgi_tps(c) in hand and the
- * invariant st = scale * (double)tokens hoisted: the same expression,
- * evaluated left to right, so the same bits.
+ * The prefill rule, for a loop that has tps = sgi_tps(c) in hand and the
+ * invariant st = scale * (double)tokens hoisted (sgi_prefill_ms() is it
+ * from the cluster): 0 if tokens == 0, +inf if tps is 0 (even when scale
+ * is 0), else st / tps * 1000, evaluated as the rule reads.
  */
 static inline double
 sgi_prefill_ms_tps(double tps, uint64_t tokens, double st)
@@ -137,14 +138,9 @@ sgi_prefill_ms_tps(double tps, uint64_t tokens, double st)
 static inline double
 sgi_prefill_ms(const sg_cluster *c, uint64_t tokens, double scale)
 {
-	double tps;
-
 	if (tokens == 0)
 		return 0;
-	tps = sgi_tps(c);
-	if (tps == 0)
-		return INFINITY;	/* even when scale == 0 */
-	return scale * (double)tokens / tps * 1000.0;
+	return sgi_prefill_ms_tps(sgi_tps(c), tokens, scale * (double)tokens);
 }
 
 /* Bucketing TTFT (ignore flags apply) and comparator TTFT (they don't). */

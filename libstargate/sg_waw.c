@@ -247,12 +247,9 @@ cmp_ttft(const struct waw *w, size_t a, size_t b)
 	return c != 0 ? c : id_cmp(cl(w, a), cl(w, b));
 }
 
-/*
- * isort(cmp_ttft) of a[0..2): its one insertion step, without its calls.
- * Not inlined: sort_ttft()'s registers stay those of its short lists.
- */
-static __attribute__((noinline)) void
-sort_pair(const struct waw *w, size_t *a)
+/* isort(cmp_ttft) of a[0..2): its one insertion step, without its calls. */
+static inline void
+order_pair(const struct waw *w, size_t *a)
 {
 	size_t x;
 
@@ -262,6 +259,28 @@ sort_pair(const struct waw *w, size_t *a)
 		a[1] = x;
 	}
 }
+
+/*
+ * order_pair() for the ties of sort_ttft()'s packed keys.  Not inlined:
+ * sort_ttft()'s registers stay those of its short lists.
+ */
+static __attribute__((noinline)) void
+sort_pair(const struct waw *w, size_t *a)
+{
+	order_pair(w, a);
+}
+
+#if SIZE_MAX >= UINT64_MAX
+#define TTFT_KEY_MASK	(((size_t)1 << SGI_KEY_IDX_BITS) - 1)
+
+/* Candidate c's packed key: its TTFT's total-order bits above c. */
+static inline size_t
+ttft_key(const double *t, size_t c)
+{
+	return (((size_t)sgi_total_key(t[c]) ^ ((size_t)1 << 63)) &
+	    ~TTFT_KEY_MASK) | c;
+}
+#endif
 
 /*
  * a[0..n) in (TTFT, cluster id) order, TTFTs from d1, tmp[0..n) as buffer.
@@ -274,7 +293,7 @@ static void
 sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 {
 #if SIZE_MAX >= UINT64_MAX
-	const size_t mask = ((size_t)1 << SGI_KEY_IDX_BITS) - 1;
+	const size_t mask = TTFT_KEY_MASK;
 	const double *t = w->s->d1;
 	size_t i, j, k, base;
 #endif
@@ -286,18 +305,12 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 	if (n < 2)
 		return;
 	if (n == 2) {
-		if (cmp_ttft(w, a[1], a[0]) < 0) {
-			size_t x = a[0];
-
-			a[0] = a[1];
-			a[1] = x;
-		}
+		order_pair(w, a);
 		return;
 	}
 #if SIZE_MAX >= UINT64_MAX
 	for (i = 0; i < n; i++)
-		a[i] = (((size_t)sgi_total_key(t[a[i]]) ^ ((size_t)1 << 63)) &
-		    ~mask) | a[i];
+		a[i] = ttft_key(t, a[i]);
 	sgi_sort_keys(a, tmp, n);
 	for (i = 0; i < n; i = j) {
 		base = a[i] & ~mask;
@@ -329,14 +342,12 @@ sort_ttft(const struct waw *w, size_t *a, size_t n, size_t *tmp)
 #define RANK_DRAWS	4	/* when at most this many are drawn */
 
 #if SIZE_MAX >= UINT64_MAX
-#define RANK_KEY_MASK	(((size_t)1 << SGI_KEY_IDX_BITS) - 1)
-
 static inline bool
 rank_less(const struct waw *w, size_t x, size_t y)
 {
-	if ((x ^ y) & ~RANK_KEY_MASK)
+	if ((x ^ y) & ~TTFT_KEY_MASK)
 		return x < y;
-	return cmp_ttft(w, x & RANK_KEY_MASK, y & RANK_KEY_MASK) < 0;
+	return cmp_ttft(w, x & TTFT_KEY_MASK, y & TTFT_KEY_MASK) < 0;
 }
 
 static size_t
@@ -444,10 +455,9 @@ draw_ranked(struct waw *w, size_t *smp, size_t m, size_t ns, size_t *tmp)
 	for (i = 0; i < ns; i++)
 		want[i] = rank_at(pos, rank, np, i);
 	for (i = 0; i < m; i++)
-		tmp[i] = (((size_t)sgi_total_key(t[smp[i]]) ^
-		    ((size_t)1 << 63)) & ~RANK_KEY_MASK) | smp[i];
+		tmp[i] = ttft_key(t, smp[i]);
 	for (i = 0; i < ns; i++)
-		smp[i] = rank_select(w, tmp, m, want[i]) & RANK_KEY_MASK;
+		smp[i] = rank_select(w, tmp, m, want[i]) & TTFT_KEY_MASK;
 }
 #else
 static void
