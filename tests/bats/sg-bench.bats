@@ -49,7 +49,8 @@ teardown() {
 	    waw-new-vs-off pwaw-new-vs-off waw-new-samepath-vs-off \
 	    pwaw-new-samepath-vs-off waw-returning-samepath-vs-off \
 	    pwaw-returning-samepath-vs-off waw-many-tenants \
-	    waw-many-tenants-samepath waw-many-tenants-cold-keys waw-uncached-ring pulsar-many-tenants; do
+	    waw-many-tenants-samepath waw-many-tenants-cold-keys \
+	    waw-uncached-ring pulsar-many-tenants; do
 		grep -qE "^$s +8 " <<<"$output" || { echo "no row for $s"; false; }
 		grep -q "^$s,8," "$TMP/d.csv" || { echo "no CSV row for $s"; false; }
 	done
@@ -89,7 +90,8 @@ teardown() {
 
 @test "decide: waw-many-tenants-samepath keeps the requests whose path is their single-tenant twin's, share printed" {
 	run -0 --separate-stderr "$BENCH" decide --iterations 320 --warmup 32 \
-	    --runs 1 --candidates 8,64 --scenario waw-many-tenants,waw-many-tenants-samepath
+	    --runs 1 --candidates 8,64 \
+	    --scenario waw-many-tenants,waw-many-tenants-samepath
 	for n in 8 64; do
 		grep -qE "^waw-many-tenants-samepath +$n .*\(same path: [0-9]+%\)$" <<<"$output" ||
 		    { echo "no same-path row at $n"; false; }

@@ -200,8 +200,8 @@ parse_args(int argc, char *argv[], struct cli *o)
 	}
 }
 
-/* Every row, on up to jobs threads (this one among them). */
-static void
+/* Every row, on up to jobs threads (this one among them); returns how many. */
+static uint64_t
 run_rows(work *w, uint64_t jobs)
 {
 	pthread_t th[SIM_MAX_ROWS];
@@ -217,17 +217,19 @@ run_rows(work *w, uint64_t jobs)
 	for (i = 0; i < nth; i++)
 		pthread_join(th[i], NULL);
 	pthread_mutex_destroy(&w->mu);
+	return jobs;
 }
 
 /*
  * The first row's error, if any (its exit status), and with -v every row's
- * speed and the total's (total seconds, traffic drawn included).
+ * speed and the total's (total seconds, traffic drawn included, on jobs
+ * threads).
  */
 static int
-rows_status(const work *w, const struct cli *o, double total)
+rows_status(const work *w, const struct cli *o, double total, uint64_t jobs)
 {
 	const scenario *sc = w->sc;
-	uint64_t simulated = 0, jobs = o->jobs;
+	uint64_t simulated = 0;
 	size_t i;
 
 	for (i = 0; i < sc->nrows; i++) {
@@ -248,8 +250,6 @@ rows_status(const work *w, const struct cli *o, double total)
 			    w->secs[i] > 0 ? (double)r->simulated /
 			    w->secs[i] : 0);
 	}
-	if (jobs > sc->nrows)
-		jobs = sc->nrows;
 	if (o->verbose)
 		fprintf(stderr, "%s: %zu rows, %llu requests in %.3f s "
 		    "(%llu thread%s): %.0f requests/s\n", progname, sc->nrows,
@@ -304,6 +304,7 @@ main(int argc, char *argv[])
 	sim_result res[SIM_MAX_ROWS];
 	sg_error errs[SIM_MAX_ROWS], err;
 	double secs[SIM_MAX_ROWS], t0;
+	uint64_t jobs;
 	int rcs[SIM_MAX_ROWS];
 	scenario sc;
 	sim_traffic *tr = NULL;
@@ -350,8 +351,8 @@ main(int argc, char *argv[])
 		goto out;
 	}
 	w.tr = tr;
-	run_rows(&w, o.jobs);
-	if ((status = rows_status(&w, &o, mono() - t0)) != EX_OK)
+	jobs = run_rows(&w, o.jobs);
+	if ((status = rows_status(&w, &o, mono() - t0, jobs)) != EX_OK)
 		goto out;
 	if (o.svg != NULL && (status = write_svg(o.svg, &sc, res)) != EX_OK)
 		goto out;
